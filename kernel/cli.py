@@ -1,0 +1,106 @@
+"""The `cancelkernel` command: install, uninstall, kernel, demo, exec, run."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text!r}")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cancelkernel",
+        description="A Jupyter kernel for Python whose cells can always be stopped.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("install", help="install the kernelspec (default name 'cancelkernel')")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--user", action="store_true", help="install for the current user only")
+    where.add_argument("--sys-prefix", action="store_true", help=f"install into this environment ({sys.prefix})")
+    where.add_argument("--prefix", metavar="DIR", help="install into DIR/share/jupyter/kernels")
+    p.add_argument("--name", default="cancelkernel", help="kernelspec name (default: %(default)s)")
+    p.add_argument("--display-name", default=None, help="name shown in Jupyter (default: 'Python 3 (cancelkernel)')")
+    p.add_argument("--exec-thread", choices=["main", "worker"], default="main", help="where user code runs (default: %(default)s)")
+    p.add_argument("--interrupt-grace", type=_positive_seconds, default=None, metavar="SECONDS", help="seconds an interrupted cell gets to stop")
+
+    p = sub.add_parser("uninstall", help="remove an installed kernelspec")
+    p.add_argument("--name", default="cancelkernel", help="kernelspec name (default: %(default)s)")
+
+    sub.add_parser("kernel", help="run the kernel (what kernel.json runs); takes ipykernel's options", add_help=False)
+
+    p = sub.add_parser("demo", help="start the kernel, interrupt a few runaway cells, show that state survives")
+    p.add_argument("--exec-thread", choices=["main", "worker", "both"], default="both", help="which mode(s) to show (default: %(default)s)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "kernel":
+        from .app import launch
+
+        launch(argv[1:])
+        return 0
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    if args.command == "install":
+        return _install(args)
+    if args.command == "uninstall":
+        return _uninstall(args)
+    if args.command == "demo":
+        from .demo import run_demo
+
+        return run_demo(modes=["main", "worker"] if args.exec_thread == "both" else [args.exec_thread])
+    parser.error(f"unknown command {args.command!r}")
+    return 2
+
+
+def _install(args: argparse.Namespace) -> int:
+    from .install import DEFAULT_DISPLAY_NAME, InstallError, install
+
+    prefix = sys.prefix if args.sys_prefix else args.prefix
+    display_name = args.display_name or DEFAULT_DISPLAY_NAME
+    if args.display_name is None and args.exec_thread != "main":
+        display_name = f"Python 3 (cancelkernel, {args.exec_thread} thread)"
+    try:
+        path = install(
+            name=args.name,
+            display_name=display_name,
+            user=args.user,
+            prefix=prefix,
+            exec_thread=args.exec_thread,
+            interrupt_grace=args.interrupt_grace,
+        )
+    except InstallError as exc:
+        print(f"cancelkernel install: {exc}", file=sys.stderr)
+        return 1
+    print(f"Installed kernelspec {args.name!r} in {path}")
+    if prefix and not os.environ.get("JUPYTER_PATH", "").startswith(os.path.join(prefix, "share", "jupyter")):
+        if os.path.abspath(prefix) != os.path.abspath(sys.prefix):
+            print(f"  (add {os.path.join(prefix, 'share', 'jupyter')} to JUPYTER_PATH so Jupyter finds it)")
+    return 0
+
+
+def _uninstall(args: argparse.Namespace) -> int:
+    from .install import InstallError, uninstall
+
+    try:
+        path = uninstall(name=args.name)
+    except InstallError as exc:
+        print(f"cancelkernel uninstall: {exc}", file=sys.stderr)
+        return 1
+    print(f"Removed kernelspec {args.name!r} from {path}")
+    return 0

@@ -1,0 +1,309 @@
+"""Executors: where a cell's code objects run.  Two modes, one interface.
+
+- `MainThreadExecutor` (mode "main"): user code on the main thread, exactly
+  where stock ipykernel runs it; SIGINT breaks blocking calls.
+- `WorkerExecutor` (mode "worker"): user code on one persistent worker
+  thread, the main loop stays free; interrupts arrive as async exceptions, and
+  a worker stuck in a blocking C call past the grace period is abandoned and
+  replaced (the namespace is shared, so nothing of it is lost).
+
+Both open a cancellation window around the user's code, so that an interrupt
+is only ever raised inside the code of the execution it was meant for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import queue
+import sys
+import threading
+import time
+import types
+from dataclasses import dataclass, field
+from typing import Any
+
+from .cancel import CancellationCore, CellInterrupt, Execution, Window
+
+log = logging.getLogger("cancelkernel")
+
+# Threads abandoned while blocked in C; their output is dropped (see iostream.py).
+abandoned_thread_ids: set[int] = set()
+
+
+class Executor:
+    """Runs one compiled code object of the current execution."""
+
+    mode = "?"
+
+    def __init__(self, core: CancellationCore):
+        self.core = core
+
+    async def run(self, code: types.CodeType, async_: bool, globals_: dict, locals_: Any) -> None:
+        raise NotImplementedError
+
+    @property
+    def exec_thread_id(self) -> int | None:
+        """The thread running user code now (or that will run it next)."""
+        raise NotImplementedError
+
+    def on_unresponsive(self, execution: Execution) -> bool:
+        """Called by the watchdog when an interrupt did not stop the code within the grace period.
+
+        Returns True if the executor recovered on its own (e.g. replaced the worker).
+        """
+        return False
+
+    def abandoned_threads(self) -> list[dict]:
+        """Threads given up on, still alive, with where they are blocked."""
+        return []
+
+    def shutdown(self) -> None:
+        pass
+
+
+def _nested(execution: Execution | None) -> bool:
+    # run_code called from inside user code (%%capture, nested run_cell): stay where we are.
+    window = execution.window if execution is not None else None
+    return window is not None and window.thread_id == threading.get_ident()
+
+
+class MainThreadExecutor(Executor):
+    """User code on the main thread, as stock ipykernel does."""
+
+    mode = "main"
+
+    async def run(self, code: types.CodeType, async_: bool, globals_: dict, locals_: Any) -> None:
+        __tracebackhide__ = True
+        execution = self.core.current
+        if execution is None or _nested(execution):
+            if async_:
+                await eval(code, globals_, locals_)
+            else:
+                exec(code, globals_, locals_)
+            return
+        window = Window(threading.get_ident(), on_main_thread=True, code=code)
+        if async_:
+            # The task to cancel while the cell awaits: the one running run_cell_async.
+            window.task = asyncio.current_task()
+            window.loop = asyncio.get_running_loop()
+        try:
+            self.core.open_window(execution, window)
+            if async_:
+                await eval(code, globals_, locals_)
+            else:
+                exec(code, globals_, locals_)
+        finally:
+            interrupted_while_closing = self.core.close_window(execution, window)
+        if interrupted_while_closing:
+            raise execution.exc_class()
+
+    @property
+    def exec_thread_id(self) -> int | None:
+        return threading.main_thread().ident
+
+
+@dataclass
+class _Job:
+    execution: Execution
+    code: types.CodeType
+    async_: bool
+    globals_: dict
+    locals_: Any
+    context: contextvars.Context
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future
+    window: Window | None = None
+    error: BaseException | None = None
+    finished: bool = False
+    started: float = field(default_factory=time.monotonic)
+
+
+class _Worker(threading.Thread):
+    """One persistent exec thread; thread-locals and sqlite connections live here."""
+
+    def __init__(self, core: CancellationCore, number: int):
+        super().__init__(name=f"cancelkernel-exec-{number}", daemon=True)
+        self.core = core
+        self.jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self.job: _Job | None = None
+        self.abandoned = False
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def run(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        while not self.abandoned:
+            try:
+                self._serve()
+                return
+            except BaseException as exc:  # noqa: BLE001 - a late interrupt in our own bookkeeping
+                job = self.job
+                if job is not None and not job.finished:
+                    job.error = job.error or exc
+                    self._finish(job)
+
+    def _serve(self) -> None:
+        while True:
+            job = self.jobs.get()
+            if job is None or self.abandoned:
+                return
+            self.job = job
+            job.context.run(self._run_job, job)
+            self._finish(job)
+            self.job = None
+            if self.abandoned:
+                return
+
+    def _run_job(self, job: _Job) -> None:
+        window = job.window = Window(self.ident, on_main_thread=False, code=job.code)
+        try:
+            if job.async_:
+                assert self.loop is not None
+                asyncio.set_event_loop(self.loop)
+                coro = eval(job.code, job.globals_, job.locals_)
+                task = self.loop.create_task(coro)
+                window.task, window.loop = task, self.loop
+                self.core.open_window(job.execution, window)
+                try:
+                    self.loop.run_until_complete(task)
+                finally:
+                    _settle(self.loop, task)
+            else:
+                self.core.open_window(job.execution, window)
+                exec(job.code, job.globals_, job.locals_)
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread as is
+            job.error = exc
+
+    def _finish(self, job: _Job) -> None:
+        # After close_window no interrupt can reach this thread any more.
+        window = job.window or Window(self.ident, on_main_thread=False)
+        if self.core.close_window(job.execution, window) and job.error is None:
+            job.error = job.execution.exc_class()
+        job.finished = True
+        if self.abandoned:
+            return  # the main thread has moved on: report nothing, touch nothing
+        error = _trim(job.error) if job.error is not None else None
+        job.loop.call_soon_threadsafe(_resolve, job.future, error)
+
+
+def _settle(loop: asyncio.AbstractEventLoop, task: asyncio.Future) -> None:
+    """An interrupt may leave the task pending inside the loop: cancel and drain it."""
+    if task.done():
+        return
+    task.cancel()
+    try:
+        loop.run_until_complete(asyncio.wait([task], timeout=1.0))
+    except BaseException:  # noqa: BLE001
+        pass
+
+
+def _resolve(future: asyncio.Future, error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is None:
+        future.set_result(None)
+    else:
+        future.set_exception(error)
+
+
+def _trim(error: BaseException) -> BaseException:
+    """Drop this module's frames from the top of a traceback: the user sees their code first."""
+    tb = error.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    return error.with_traceback(tb)
+
+
+class WorkerExecutor(Executor):
+    """User code on one persistent worker thread; the main loop stays free."""
+
+    mode = "worker"
+
+    def __init__(self, core: CancellationCore):
+        super().__init__(core)
+        self._count = 0
+        self._abandoned: list[_Worker] = []
+        self._worker = self._new_worker()
+
+    def _new_worker(self) -> _Worker:
+        self._count += 1
+        worker = _Worker(self.core, self._count)
+        worker.start()
+        return worker
+
+    async def run(self, code: types.CodeType, async_: bool, globals_: dict, locals_: Any) -> None:
+        __tracebackhide__ = True
+        execution = self.core.current
+        if execution is None or _nested(execution):
+            if async_:
+                await eval(code, globals_, locals_)
+            else:
+                exec(code, globals_, locals_)
+            return
+        if execution.cancelled:
+            execution.delivered = True
+            raise execution.exc_class()
+        if not self._worker.is_alive():
+            log.warning("exec thread %s died; starting a new one", self._worker.name)
+            self._worker = self._new_worker()
+        loop = asyncio.get_running_loop()
+        job = _Job(execution, code, async_, globals_, locals_, contextvars.copy_context(), loop, loop.create_future())
+        self._worker.jobs.put(job)
+        error = await job.future
+        if error is not None:  # pragma: no cover - _resolve sets exceptions, not results
+            raise error
+
+    @property
+    def exec_thread_id(self) -> int | None:
+        return self._worker.ident
+
+    def on_unresponsive(self, execution: Execution) -> bool:
+        worker = self._worker
+        job = worker.job
+        if job is None or job.execution is not execution or job.finished:
+            return False
+        # Give up on this thread: it keeps its pending interrupt, which fires
+        # when the blocking call returns, in a thread that reports nothing.
+        worker.abandoned = True
+        abandoned_thread_ids.add(worker.ident)
+        self._abandoned.append(worker)
+        where = _blocked_at(worker)
+        execution.abandoned_thread = worker.name
+        self._worker = self._new_worker()
+        log.warning("exec thread %s abandoned, blocked at %s; new exec thread %s", worker.name, where, self._worker.name)
+        error = execution.exc_class(f"the exec thread was blocked in a call that ignores interrupts ({where}); "
+                                    f"it was abandoned and replaced, your variables are kept")
+        job.loop.call_soon_threadsafe(_resolve, job.future, error)
+        return True
+
+    def abandoned_threads(self) -> list[dict]:
+        alive = []
+        for worker in self._abandoned:
+            if worker.is_alive():
+                alive.append({"name": worker.name, "blocked_at": _blocked_at(worker)})
+            else:
+                abandoned_thread_ids.discard(worker.ident)
+        self._abandoned = [w for w in self._abandoned if w.is_alive()]
+        return alive
+
+    def shutdown(self) -> None:
+        self._worker.jobs.put(None)
+
+
+def _blocked_at(thread: threading.Thread) -> str:
+    frame = sys._current_frames().get(thread.ident)
+    if frame is None:
+        return "unknown"
+    return f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
+
+
+def make_executor(mode: str, core: CancellationCore) -> Executor:
+    if mode == "main":
+        return MainThreadExecutor(core)
+    if mode == "worker":
+        return WorkerExecutor(core)
+    raise ValueError(f"unknown exec_thread mode {mode!r}; use 'main' or 'worker'")
+
+
+__all__ = ["Executor", "MainThreadExecutor", "WorkerExecutor", "make_executor", "abandoned_thread_ids", "CellInterrupt"]

@@ -1,0 +1,29 @@
+"""Output streams that tell the watchdog about output, and mute abandoned threads."""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+from ipykernel.iostream import OutStream
+
+from .executor import abandoned_thread_ids
+
+# Called with no arguments on every write that reaches a cell (set by the kernel).
+output_listeners: list[Callable[[], None]] = []
+
+
+def output_seen() -> None:
+    for listener in output_listeners:
+        listener()
+
+
+class CancelOutStream(OutStream):
+    """ipykernel's OutStream; drops writes from abandoned exec threads."""
+
+    def write(self, string: str) -> int | None:  # type: ignore[override]
+        if abandoned_thread_ids and threading.get_ident() in abandoned_thread_ids:
+            return len(string)  # an abandoned thread must not print into any cell
+        if string:
+            output_seen()
+        return super().write(string)

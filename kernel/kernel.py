@@ -1,0 +1,358 @@
+"""CancelKernel: ipykernel's IPythonKernel wired to the cancellation core.
+
+It owns nothing but the wiring: `interrupt_request` (optionally targeted),
+`cancel_status_request`, execute_reply metadata, events on iopub.  The
+executor runs code, the watchdog watches it, the core stops it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import threading
+import time
+import typing as t
+
+from ipykernel.ipkernel import IPythonKernel
+from ipykernel.jsonutil import json_clean
+from ipykernel.kernelbase import _accepts_parameters
+from traitlets import Enum, Float, Instance
+
+from . import __version__, iostream, native, protocol, stacks
+from .cancel import CancellationCore, Execution
+from .executor import Executor, make_executor
+from .shell import CancelShell, interrupt_message
+from .watchdog import Watchdog, Watched
+
+
+class CancelKernel(IPythonKernel):
+    """An IPython kernel whose cells can always be stopped."""
+
+    shell_class = CancelShell  # type: ignore[assignment]
+
+    exec_thread = Enum(
+        ["main", "worker"],
+        default_value="main",
+        help="""Where user code runs.  'main': on the main thread, as stock ipykernel
+        (SIGINT breaks blocking calls; signal.signal, alarm, GUI toolkits work).
+        'worker': on one persistent worker thread, keeping the main loop free;
+        interrupts are async exceptions, and a worker stuck in a blocking call
+        past interrupt_grace is abandoned and replaced.""",
+    ).tag(config=True)
+
+    interrupt_grace = Float(
+        1.0,
+        min=0.0,
+        help="""Seconds an interrupted cell gets to stop.  After that the cell is
+        reported unresponsive-to-interrupt (main mode) or its worker thread is
+        abandoned and replaced (worker mode).""",
+    ).tag(config=True)
+
+    core = Instance(CancellationCore, allow_none=True)
+    executor = Instance(Executor, allow_none=True)
+    watchdog = Instance(Watchdog, allow_none=True)
+
+    control_msg_types = [*IPythonKernel.control_msg_types, protocol.CANCEL_STATUS_REQUEST]
+
+    def __init__(self, **kwargs: t.Any):
+        super().__init__(**kwargs)
+        self.core = CancellationCore()
+        self.core.register_run_code(CancelShell.run_code.__code__)
+        self.executor = make_executor(self.exec_thread, self.core)
+        assert self.shell is not None
+        self.shell.executor = self.executor
+        self.watchdog = Watchdog(grace=self.interrupt_grace, on_trip=self._on_trip, on_unresponsive=self._on_unresponsive)
+        iostream.output_listeners.append(self.watchdog.output_seen)
+        self._shutting_down = False
+        self._last_stack: dict | None = None
+        if threading.current_thread() is threading.main_thread():
+            self.core.install_sigint()
+
+    # -- SIGINT: the core owns it for the kernel's whole life (see cancel.py) --
+
+    def pre_handler_hook(self) -> None:
+        """Stock swaps in default_int_handler here; ours stays installed instead."""
+
+    def post_handler_hook(self) -> None:
+        """Re-install our SIGINT handler if a cell replaced it (stock restores its saved one)."""
+        if self.core is not None:
+            self.core.ensure_sigint()
+
+    # -- kernel_info: advertise the extension so clients can detect it first --
+
+    @property
+    def kernel_info(self) -> dict:
+        info = super().kernel_info
+        features = [f for f in info["supported_features"] if f != "debugger" or self.exec_thread == "main"]
+        features.append(protocol.FEATURE)
+        info["supported_features"] = features
+        info[protocol.KEY] = {
+            "version": protocol.PROTOCOL_VERSION,
+            "package_version": __version__,
+            "exec_thread": self.exec_thread,
+            "interrupt_grace": self.interrupt_grace,
+            "native_flag": native.available,
+            "pid": os.getpid(),
+            "features": ["targeted_interrupt", "cancel_status", "reply_metadata"],
+        }
+        return info
+
+    # -- interrupts --
+
+    async def interrupt_request(self, stream: t.Any, ident: t.Any, parent: dict) -> None:
+        """Interrupt the running execution, or only `content.target` if given."""
+        if not self.session:
+            return
+        content = parent.get("content") or {}
+        target = content.get("target") if isinstance(content, dict) else None
+        reply: dict[str, t.Any]
+        if target is not None and (not isinstance(target, str) or not target.strip()):
+            reply = _error_reply(
+                "ValueError",
+                f"interrupt_request 'target' must be the msg_id (a non-empty string) of an "
+                f"execute_request, not {target!r}; send an empty content to interrupt whatever runs",
+            )
+        elif self._shutting_down:
+            reply = _error_reply("RuntimeError", "the kernel is shutting down; nothing was interrupted")
+        else:
+            assert self.core is not None
+            execution = self.core.cancel(target, "request")
+            reply = {"status": "ok", "interrupted": execution is not None, "execution": execution.msg_id if execution else None}
+            if execution is None:
+                current = self.core.current
+                reply["running"] = current.msg_id if current else None
+        self.session.send(stream, "interrupt_reply", reply, parent, ident=ident)
+
+    async def cancel_status_request(self, stream: t.Any, ident: t.Any, parent: dict) -> None:
+        """Answer on the control channel: what runs, for how long, and its state."""
+        if not self.session:
+            return
+        self.session.send(stream, protocol.CANCEL_STATUS_REPLY, json_clean(self.cancel_status()), parent, ident=ident)
+
+    def cancel_status(self) -> dict:
+        assert self.core is not None and self.watchdog is not None and self.executor is not None
+        execution = self.core.current
+        watched = self.watchdog.watched
+        status: dict[str, t.Any] = {
+            "status": "ok",
+            "exec_thread": self.exec_thread,
+            "native_flag": native.available,
+            "interrupt_grace": self.interrupt_grace,
+            "execution": None,
+            "last_stack": self._last_stack,
+            "abandoned_threads": self.executor.abandoned_threads(),
+        }
+        if execution is not None:
+            status["execution"] = {
+                "msg_id": execution.msg_id,
+                "first_line": execution.first_line,
+                "elapsed": round(execution.elapsed(), 4),
+                "seconds_since_output": round(watched.seconds_since_output(), 4) if watched else None,
+                "wall_budget": watched.wall_budget if watched else 0.0,
+                "quiet_budget": watched.quiet_budget if watched else 0.0,
+                "interrupts_sent": execution.interrupts_sent,
+                "cancel_reason": execution.cancel_reason,
+                "state": _state(execution, watched),
+            }
+        return status
+
+    # -- the watchdog's callbacks (watchdog thread) --
+
+    def _on_trip(self, watched: Watched, reason: str) -> None:
+        """Placeholder until budgets land: interrupt once."""
+        assert self.core is not None
+        self.core.cancel(watched.execution.msg_id, reason)
+
+    def _on_unresponsive(self, watched: Watched) -> None:
+        assert self.executor is not None and self.shell is not None
+        execution = watched.execution
+        thread_id = self.executor.exec_thread_id
+        frames = stacks.thread_stack(thread_id, self.shell.cell_label) if thread_id else []
+        self._last_stack = {"execution": execution.msg_id, "frames": stacks.as_dicts(frames), "taken": time.time()}
+        self.executor.on_unresponsive(execution)
+
+    # -- execution --
+
+    async def do_execute(  # type: ignore[override]
+        self,
+        code: str,
+        silent: bool,
+        store_history: bool = True,
+        user_expressions: dict | None = None,
+        allow_stdin: bool = False,
+        *,
+        cell_meta: dict | None = None,
+        cell_id: str | None = None,
+    ) -> dict:
+        """Run a cell inside an execution the core can cancel; add our reply metadata."""
+        assert self.core is not None and self.watchdog is not None and self.shell is not None
+        parent = self.get_parent("shell")
+        msg_id = parent.get("header", {}).get("msg_id", "")
+        self.core.ensure_sigint()
+        shell = self.shell
+        shell.interrupt_report = None
+        execution = self.core.begin(msg_id, code)
+        self.watchdog.watch(execution)
+        try:
+            try:
+                reply = await self._run_cell(code, silent, store_history, user_expressions, allow_stdin, cell_meta, cell_id)
+            except (KeyboardInterrupt, asyncio.CancelledError) as exc:
+                # Last line of defence: an interrupt that escaped the shell still gets a reply.
+                reply = self._escaped_interrupt_reply(execution, exc)
+        finally:
+            self.watchdog.unwatch(execution)
+            self.core.end(execution)
+        report = shell.interrupt_report if shell.interrupt_report and shell.interrupt_report["execution"] == msg_id else None
+        if report is not None and reply.get("status") == "error":
+            reply["ename"] = report["ename"]
+            reply["evalue"] = report["evalue"]
+        self._execution_metadata = _reply_metadata(execution, reply, report, self.exec_thread)
+        return reply
+
+    def finish_metadata(self, parent: dict, metadata: dict, reply_content: dict) -> dict:
+        metadata = super().finish_metadata(parent, metadata, reply_content)
+        extra = getattr(self, "_execution_metadata", None)
+        if extra is not None and extra.get("msg_id") == parent.get("header", {}).get("msg_id"):
+            metadata[protocol.KEY] = extra
+            self._execution_metadata = None
+        return metadata
+
+    def _escaped_interrupt_reply(self, execution: Execution, exc: BaseException) -> dict:
+        ename = "CancelledError" if isinstance(exc, asyncio.CancelledError) else "KeyboardInterrupt"
+        evalue = interrupt_message(execution)
+        self.log.warning("interrupt escaped the shell for %s; replying anyway", execution.msg_id)
+        assert self.shell is not None
+        self.shell._showtraceback(type(exc), evalue, [f"{ename}: {evalue}"])
+        return {
+            "status": "error",
+            "ename": ename,
+            "evalue": evalue,
+            "traceback": [f"{ename}: {evalue}"],
+            "execution_count": self.shell.execution_count - 1,
+            "user_expressions": {},
+            "payload": [],
+        }
+
+    async def _run_cell(
+        self,
+        code: str,
+        silent: bool,
+        store_history: bool,
+        user_expressions: dict | None,
+        allow_stdin: bool,
+        cell_meta: dict | None,
+        cell_id: str | None,
+    ) -> dict:
+        """IPythonKernel.do_execute, except that worker mode always runs cells on the loop.
+
+        A worker cell awaits the worker, so it cannot use IPython's blocking
+        pseudo-runner; main-mode cells take exactly stock's path.
+        """
+        shell = self.shell
+        assert shell is not None
+        self._forward_input(allow_stdin)
+        reply_content: dict[str, t.Any] = {}
+        try:
+            preprocessing_exc_tuple = None
+            try:
+                transformed_cell = shell.transform_cell(code)
+            except Exception:  # noqa: BLE001 - reported by run_cell as stock does
+                transformed_cell = code
+                preprocessing_exc_tuple = sys.exc_info()
+            extra: dict[str, t.Any] = {}
+            if cell_id is not None and _accepts_parameters(shell.run_cell_async, ["cell_id"])["cell_id"]:
+                extra["cell_id"] = cell_id
+            run_async = self.exec_thread == "worker" or shell.should_run_async(
+                code, transformed_cell=transformed_cell, preprocessing_exc_tuple=preprocessing_exc_tuple
+            )
+            if run_async:
+                coro = shell.run_cell_async(
+                    code,
+                    store_history=store_history,
+                    silent=silent,
+                    transformed_cell=transformed_cell,
+                    preprocessing_exc_tuple=preprocessing_exc_tuple,
+                    **extra,
+                )
+                future = asyncio.ensure_future(coro)
+                res = None
+                try:
+                    res = await future
+                finally:
+                    shell.events.trigger("post_execute")
+                    if not silent:
+                        shell.events.trigger("post_run_cell", res)
+            else:
+                res = shell.run_cell(code, store_history=store_history, silent=silent, **extra)
+        finally:
+            self._restore_input()
+
+        err = res.error_before_exec if res.error_before_exec is not None else res.error_in_exec
+        displayhook_error = getattr(shell, "_last_traceback_during_displayhook", False)
+        if res.success and not displayhook_error:
+            reply_content["status"] = "ok"
+        else:
+            reply_content["status"] = "error"
+            reply_content.update(
+                {
+                    "traceback": shell._last_traceback or [],
+                    "ename": str(type(err).__name__),
+                    "evalue": str(err),
+                }
+            )
+            reply_content["engine_info"] = {"engine_uuid": self.ident, "engine_id": self.int_id, "method": "execute"}
+        reply_content["execution_count"] = shell.execution_count - 1
+        if reply_content["status"] == "ok":
+            reply_content["user_expressions"] = shell.user_expressions(user_expressions or {})
+        else:
+            reply_content["user_expressions"] = {}
+        reply_content["payload"] = shell.payload_manager.read_payload()
+        shell.payload_manager.clear_payload()
+        return reply_content
+
+    # -- shutdown --
+
+    async def shutdown_request(self, stream: t.Any, ident: t.Any, parent: dict) -> None:
+        self._shutting_down = True
+        await super().shutdown_request(stream, ident, parent)
+
+    def do_shutdown(self, restart: bool) -> dict:
+        self._shutting_down = True
+        if self.watchdog is not None:
+            self.watchdog.stop()
+        if self.executor is not None:
+            self.executor.shutdown()
+        return super().do_shutdown(restart)
+
+
+def _state(execution: Execution, watched: Watched | None) -> str:
+    if watched is not None and watched.unresponsive:
+        return protocol.STATE_UNRESPONSIVE
+    if execution.cancelled:
+        return protocol.STATE_CANCELLING
+    return protocol.STATE_RUNNING
+
+
+def _error_reply(ename: str, evalue: str) -> dict:
+    return {"status": "error", "ename": ename, "evalue": evalue, "traceback": [], "interrupted": False, "execution": None}
+
+
+def _reply_metadata(execution: Execution, reply: dict, report: dict | None, mode: str) -> dict:
+    interrupted = execution.cancelled and reply.get("status") == "error" and (
+        report is not None or reply.get("ename") in ("KeyboardInterrupt", "CancelledError")
+    )
+    frames = report["frames"] if report else []
+    return {
+        "msg_id": execution.msg_id,
+        "interrupted": bool(interrupted),
+        "reason": execution.cancel_reason if interrupted else None,
+        "cancel_requested": execution.cancelled,
+        "elapsed": round(execution.elapsed(), 6),
+        "stopped_at": report["stopped_at"] if report else None,
+        "stack": stacks.as_dicts(frames) if frames else None,
+        "interrupts_sent": execution.interrupts_sent,
+        "abandoned_thread": execution.abandoned_thread,
+        "exec_thread": mode,
+    }
+

@@ -1,0 +1,119 @@
+"""The watchdog: a thread of its own that notices runaway and unresponsive cells.
+
+Per execution it knows the start, the last output, the budgets and the
+interrupts sent.  It trips on the wall budget (seconds of execution) or the
+quiet budget (seconds without output), and reports an interrupt that did not
+stop the cell within the grace period.  It decides nothing itself: the kernel
+passes callbacks that publish events, take stacks and interrupt ONCE.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .cancel import Execution
+
+log = logging.getLogger("cancelkernel")
+
+# How often the watchdog looks while a cell runs: budgets are checked to this precision.
+TICK = 0.02
+
+
+@dataclass
+class Watched:
+    """What the watchdog knows about the running execution."""
+
+    execution: Execution
+    wall_budget: float = 0.0  # 0 = off
+    quiet_budget: float = 0.0  # 0 = off
+    last_output: float = field(default_factory=time.monotonic)
+    tripped: str | None = None  # the budget that tripped, once
+    unresponsive: bool = False
+
+    def seconds_since_output(self) -> float:
+        return time.monotonic() - self.last_output
+
+
+class Watchdog:
+    """Budgets and grace periods for the running execution, on a thread of its own."""
+
+    def __init__(
+        self,
+        *,
+        grace: float,
+        on_trip: Callable[[Watched, str], None],
+        on_unresponsive: Callable[[Watched], None],
+    ):
+        self.grace = grace
+        self._on_trip = on_trip
+        self._on_unresponsive = on_unresponsive
+        self._watched: Watched | None = None
+        self._wake = threading.Event()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="cancelkernel-watchdog", daemon=True)
+        self._thread.start()
+
+    @property
+    def watched(self) -> Watched | None:
+        return self._watched
+
+    def watch(self, execution: Execution, *, wall_budget: float = 0.0, quiet_budget: float = 0.0) -> Watched:
+        watched = Watched(execution, wall_budget=wall_budget, quiet_budget=quiet_budget)
+        self._watched = watched
+        self._wake.set()
+        return watched
+
+    def unwatch(self, execution: Execution) -> None:
+        if self._watched is not None and self._watched.execution is execution:
+            self._watched = None
+
+    def output_seen(self) -> None:
+        """Any output of the running cell (stream, display, error) resets the quiet clock."""
+        watched = self._watched
+        if watched is not None:
+            watched.last_output = time.monotonic()
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stopped:
+            if self._watched is None:
+                self._wake.wait()
+                self._wake.clear()
+                continue
+            time.sleep(TICK)
+            watched = self._watched
+            if watched is not None:
+                try:
+                    self.check(watched)
+                except Exception:  # noqa: BLE001 - the watchdog must outlive any bug in a callback
+                    log.exception("watchdog check failed")
+
+    def check(self, watched: Watched, now: float | None = None) -> None:
+        """One look at the running execution (public for tests with an injected clock)."""
+        now = time.monotonic() if now is None else now
+        execution = watched.execution
+        if execution.ended:
+            return
+        if watched.tripped is None and not execution.cancelled:
+            if watched.wall_budget and now - execution.started > watched.wall_budget:
+                watched.tripped = "wall_budget"
+            elif watched.quiet_budget and now - watched.last_output > watched.quiet_budget:
+                watched.tripped = "quiet_budget"
+            if watched.tripped is not None:
+                self._on_trip(watched, watched.tripped)
+        if (
+            execution.cancelled
+            and not watched.unresponsive
+            and execution.cancel_time is not None
+            and now - execution.cancel_time > self.grace
+            and execution.window is not None
+        ):
+            watched.unresponsive = True
+            self._on_unresponsive(watched)

@@ -1,0 +1,1 @@
+"""The kernelspec template (kernel.json) and logos that `cancelkernel install` copies."""

@@ -1,0 +1,39 @@
+"""The cancellation flag that native code checks.
+
+The compiled module (`_flag`, Cython) is used when it imports; otherwise a
+pure-Python stand-in with the same functions, and `available` is False.
+Set CANCELKERNEL_NATIVE=0 to force the stand-in.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+_FORCE_FALLBACK = os.environ.get("CANCELKERNEL_NATIVE", "1").strip().lower() in {"0", "no", "false", "off"}
+
+if _FORCE_FALLBACK:
+    from ._fallback import *  # noqa: F403
+    from ._fallback import available
+    import_error: str | None = "forced by CANCELKERNEL_NATIVE=0"
+else:
+    try:
+        from ._flag import *  # noqa: F403
+        from ._flag import available
+        import_error = None
+    except ImportError as exc:  # no compiler at install time, or a broken build
+        from ._fallback import *  # noqa: F403
+        from ._fallback import available
+
+        import_error = str(exc)
+        logging.getLogger("cancelkernel").warning(
+            "cancelkernel.native: compiled flag not importable (%s); using the pure-Python "
+            "flag. Native loops that hold the GIL cannot be interrupted. Reinstall with a C "
+            "compiler to fix.",
+            exc,
+        )
+
+
+def get_include() -> str:
+    """Directory holding cancelkernel_native.h, for C extensions' include_dirs."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "include")

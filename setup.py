@@ -1,0 +1,5 @@
+"""Build the Cython cancellation flag; everything else is in pyproject.toml."""
+
+from setuptools import setup
+
+setup()
