@@ -35,5 +35,12 @@ else:
 
 
 def get_include() -> str:
-    """Directory holding cancelkernel_native.h, for C extensions' include_dirs."""
+    """Directory holding cancelkernel_native.h (C `include_dirs`) and the .pxd tree (Cython `include_path`).
+
+    A C extension includes "cancelkernel_native.h" and calls cancelkernel_import()
+    once at module init.  Cython finds the .pxd files of a regular install on
+    sys.path by itself; pass this directory as `include_path` too, so that
+    `from cancelkernel.native cimport cancel_requested` also builds against an
+    editable install (whose package directory is not named cancelkernel/native).
+    """
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "include")

@@ -12,6 +12,12 @@ import math
 import threading
 import time
 
+__all__ = [
+    "available", "begin", "end", "cancel", "running_gen", "cancel_requested", "raise_if_cancelled",
+    "cancellable_sleep", "flag_address", "expect_sigint", "take_sigint_arrival", "install_sigint_handler",
+    "sigint_handler_installed", "open_window", "close_window", "raise_in_window",
+]
+
 available = False
 
 # A C int that native callers (ctypes) may poll; non-zero while the running
@@ -20,7 +26,6 @@ _flag = ctypes.c_int(0)
 _lock = threading.Lock()  # guards _window only
 _running_gen = 0
 _window: tuple[int, int] | None = None  # (gen, thread id) while user code runs off the main thread
-
 
 
 def _set_async_exc(thread_id: int, exc_class: type | None) -> int:
@@ -134,6 +139,9 @@ def close_window(gen: int, thread_id: int) -> None:
 
 def raise_in_window(gen: int, exc_class: type) -> bool:
     """Raise `exc_class` in the thread running `gen`'s user code, if it still is."""
+    if not (isinstance(exc_class, type) and issubclass(exc_class, BaseException)):
+        # An instance would reach the target thread as a SystemError instead.
+        raise TypeError(f"raise_in_window needs an exception class, not {exc_class!r}")
     with _lock:
         if _window is None or _window[0] != gen:
             return False

@@ -1,0 +1,94 @@
+/* cancelkernel_native.h: cancel points for plain C/C++ extensions.
+ *
+ *   #include "cancelkernel_native.h"     (include_dirs=[cancelkernel.native.get_include()])
+ *
+ *   PyMODINIT_FUNC PyInit_mymod(void) {
+ *       if (cancelkernel_import() < 0) return NULL;   // once, with the GIL
+ *       ...
+ *   }
+ *
+ *   for (i = 0; i < n; i++) {
+ *       if (cancelkernel_cancel_requested()) break;     // inline relaxed load, GIL or not
+ *       ...
+ *   }
+ *   if (cancelkernel_raise_if_cancelled() < 0) return NULL;  // KeyboardInterrupt
+ *
+ * The flag is non-zero while the running cell is cancelled (interrupt request,
+ * SIGINT, budget); the kernel clears it when the next cell begins.
+ */
+#ifndef CANCELKERNEL_NATIVE_H
+#define CANCELKERNEL_NATIVE_H
+
+#include <Python.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CANCELKERNEL_C_API_VERSION 1
+#define CANCELKERNEL_CAPSULE_NAME "cancelkernel.native._flag._C_API"
+
+/* What the capsule points to.  Fields are only ever appended; check `size`. */
+typedef struct cancelkernel_c_api {
+    unsigned int version;                      /* CANCELKERNEL_C_API_VERSION of the installed flag */
+    unsigned int size;                         /* sizeof(cancelkernel_c_api) of the installed flag */
+    const int *cancelled;                      /* non-zero while the running execution is cancelled */
+    int (*raise_if_cancelled)(void);           /* -1 with KeyboardInterrupt set; GIL held or not */
+    int (*cancellable_sleep)(double seconds);  /* sleeps without the GIL; -1 with an exception set */
+} cancelkernel_c_api;
+
+#ifndef CANCELKERNEL_NO_IMPORT_HELPERS
+
+/* Per-module pointers to the one shared flag (the flag itself is never static here).
+   Before cancelkernel_import() they read an always-zero int, so polling is safe. */
+static const int cancelkernel__never = 0;
+static const int *cancelkernel__flag = &cancelkernel__never;
+static const cancelkernel_c_api *cancelkernel__api = NULL;
+
+/* Call once at module init with the GIL held; 0 on success, -1 with an exception set. */
+static inline int cancelkernel_import(void) {
+    const cancelkernel_c_api *api = (const cancelkernel_c_api *)PyCapsule_Import(CANCELKERNEL_CAPSULE_NAME, 0);
+    if (api == NULL) return -1;
+    if (api->version < CANCELKERNEL_C_API_VERSION || api->size < sizeof(cancelkernel_c_api)) {
+        PyErr_Format(PyExc_ImportError, "cancelkernel C API version %u is older than this header's %d",
+                     api->version, CANCELKERNEL_C_API_VERSION);
+        return -1;
+    }
+    cancelkernel__api = api;
+    cancelkernel__flag = api->cancelled;
+    return 0;
+}
+
+/* Non-zero while the running cell is cancelled: one relaxed atomic load, no GIL needed. */
+static inline int cancelkernel_cancel_requested(void) {
+#if defined(_MSC_VER)
+    return *(volatile const int *)cancelkernel__flag != 0;
+#else
+    return __atomic_load_n(cancelkernel__flag, __ATOMIC_RELAXED) != 0;
+#endif
+}
+
+/* 0, or -1 with KeyboardInterrupt set if the running cell is cancelled (GIL held or not). */
+static inline int cancelkernel_raise_if_cancelled(void) {
+    if (!cancelkernel_cancel_requested()) return 0;
+    return cancelkernel__api->raise_if_cancelled();
+}
+
+/* Sleep `seconds` without the GIL; -1 with KeyboardInterrupt set within ~1 ms of a cancel. */
+static inline int cancelkernel_cancellable_sleep(double seconds) {
+    if (cancelkernel__api == NULL) {
+        PyGILState_STATE gil = PyGILState_Ensure();
+        PyErr_SetString(PyExc_RuntimeError, "cancelkernel_import() was not called");
+        PyGILState_Release(gil);
+        return -1;
+    }
+    return cancelkernel__api->cancellable_sleep(seconds);
+}
+
+#endif /* CANCELKERNEL_NO_IMPORT_HELPERS */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CANCELKERNEL_NATIVE_H */

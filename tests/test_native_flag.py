@@ -1,0 +1,453 @@
+"""Unit tests of the cancellation flag, run on BOTH the compiled module and the pure-Python fallback.
+
+Signal tests run in a subprocess: SIGINT handlers are process-wide, and
+pytest's own must not be disturbed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import math
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from cancelkernel.native import _fallback
+
+# Generous: only stops a broken flag from hanging the suite.
+HANG = 10.0
+
+API = [
+    "available", "begin", "end", "cancel", "running_gen", "cancel_requested", "raise_if_cancelled",
+    "cancellable_sleep", "flag_address", "expect_sigint", "take_sigint_arrival", "install_sigint_handler",
+    "sigint_handler_installed", "open_window", "close_window", "raise_in_window",
+]
+
+
+def _native():
+    return importlib.import_module("cancelkernel.native._flag")
+
+
+@pytest.fixture(params=["native", "fallback"])
+def flag(request: pytest.FixtureRequest):
+    module = _native() if request.param == "native" else _fallback
+    module.end(module.running_gen())
+    yield module
+    module.end(module.running_gen())
+
+
+def run_python(code: str, *, env: dict | None = None, expect_rc: int = 0, prelude: str = "") -> str:
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(prelude) + textwrap.dedent(code)],
+        env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == expect_rc, f"rc={result.returncode}\n{result.stdout}\n{result.stderr}"
+    return result.stdout
+
+
+# -- which implementation is used --
+
+def test_compiled_flag_is_built():
+    assert _native().available is True
+
+
+def test_both_modules_have_the_same_api():
+    assert sorted(_native().__all__) == sorted(API)
+    assert sorted(_fallback.__all__) == sorted(API)
+    for name in API:
+        assert hasattr(_native(), name) and hasattr(_fallback, name), name
+
+
+@pytest.mark.parametrize("env, available", [({}, True), ({"CANCELKERNEL_NATIVE": "0"}, False)])
+def test_package_picks_the_implementation(env, available):
+    out = run_python(
+        """
+        import cancelkernel, cancelkernel.native as n
+        print(n.available, n.cancel_requested.__module__, cancelkernel.cancel_requested is n.cancel_requested)
+        """,
+        env=env,
+    )
+    module = "cancelkernel.native._flag" if available else "cancelkernel.native._fallback"
+    assert out.split() == [str(available), module, "True"]
+
+
+# -- begin / cancel / end: a cancel is for one execution only --
+
+def test_idle_polling_is_false_and_never_raises(flag):
+    assert flag.running_gen() == 0
+    assert flag.cancel_requested() is False
+    flag.raise_if_cancelled()
+    assert flag.cancel(0) is False
+    assert flag.cancel(7) is False
+    assert flag.cancel_requested() is False
+
+
+def test_cancel_hits_only_the_running_gen(flag):
+    flag.begin(5)
+    assert flag.running_gen() == 5
+    assert flag.cancel(4) is False
+    assert flag.cancel_requested() is False
+    assert flag.cancel(5) is True
+    assert flag.cancel(5) is True  # idempotent
+    assert flag.cancel_requested() is True
+    with pytest.raises(KeyboardInterrupt, match="cancelled"):
+        flag.raise_if_cancelled()
+
+
+def test_end_clears_only_its_own_gen(flag):
+    flag.begin(8)
+    flag.cancel(8)
+    flag.end(7)  # a stale end for an execution that is not running
+    assert flag.cancel_requested() is True and flag.running_gen() == 8
+    flag.end(8)
+    assert flag.cancel_requested() is False and flag.running_gen() == 0
+    assert flag.cancel(8) is False  # a late cancel after the end
+    assert flag.cancel_requested() is False
+
+
+def test_begin_clears_a_previous_cancel(flag):
+    flag.begin(1)
+    flag.cancel(1)
+    flag.begin(2)
+    assert flag.cancel_requested() is False
+    assert flag.cancel(1) is False
+
+
+def test_flag_address_is_a_c_int_readable_by_ctypes(flag):
+    cell = ctypes.c_int.from_address(flag.flag_address())
+    assert cell.value == 0
+    flag.begin(3)
+    assert cell.value == 0
+    flag.cancel(3)
+    assert cell.value != 0
+    flag.end(3)
+    assert cell.value == 0
+
+
+def test_cancel_from_another_thread_races_with_end(flag):
+    # Hammer cancel() while executions begin and end: the flag is never left set for the next one.
+    stop = threading.Event()
+    target = [1]
+
+    def canceller():
+        while not stop.is_set():
+            flag.cancel(target[0] - 1)  # always the previous, ended execution
+
+    thread = threading.Thread(target=canceller)
+    thread.start()
+    try:
+        for gen in range(2, 3000):
+            flag.begin(gen)
+            target[0] = gen
+            assert flag.cancel_requested() is False, gen
+            flag.end(gen)
+    finally:
+        stop.set()
+        thread.join()
+
+
+# -- cancellable_sleep --
+
+@pytest.mark.parametrize("bad", [-1, -0.001, math.nan, float("-inf")])
+def test_sleep_rejects_bad_lengths(flag, bad):
+    with pytest.raises(ValueError):
+        flag.cancellable_sleep(bad)
+
+
+def test_sleep_sleeps_while_idle(flag):
+    start = time.monotonic()
+    flag.cancellable_sleep(0.05)
+    flag.cancellable_sleep(0)
+    assert time.monotonic() - start >= 0.045
+
+
+def test_sleep_raises_at_once_when_already_cancelled(flag):
+    flag.begin(1)
+    flag.cancel(1)
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt, match="cancelled"):
+        flag.cancellable_sleep(HANG)
+    assert time.monotonic() - start < HANG / 2
+
+
+def test_sleep_is_woken_by_a_cancel(flag):
+    flag.begin(2)
+    timer = threading.Timer(0.1, flag.cancel, args=(2,))
+    timer.start()
+    start = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt, match="cancelled"):
+            flag.cancellable_sleep(HANG)
+    finally:
+        timer.cancel()
+    assert time.monotonic() - start < HANG / 2
+
+
+def test_sleep_lets_other_threads_run(flag):
+    # The native sleep releases the GIL: a Python thread keeps counting meanwhile.
+    counted = [0]
+    stop = threading.Event()
+
+    def count():
+        while not stop.is_set():
+            counted[0] += 1
+
+    thread = threading.Thread(target=count)
+    thread.start()
+    try:
+        flag.cancellable_sleep(0.2)
+    finally:
+        stop.set()
+        thread.join()
+    assert counted[0] > 1000
+
+
+# -- the window: async exceptions into a worker thread --
+
+class Boom(Exception):
+    pass
+
+
+def _worker(release: threading.Event, caught: list):
+    def run():
+        try:
+            release.wait(HANG)  # blocked in C: a pending async exception waits for the next bytecode
+            for _ in range(1000):
+                pass
+        except Boom as exc:
+            caught.append(exc)
+        else:
+            caught.append(None)
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def test_raise_in_window_hits_the_open_window(flag):
+    release, caught = threading.Event(), []
+    thread = _worker(release, caught)
+    flag.open_window(4, thread.ident)
+    assert flag.raise_in_window(3, Boom) is False
+    assert flag.raise_in_window(4, Boom) is True
+    release.set()
+    thread.join(HANG)
+    assert len(caught) == 1 and isinstance(caught[0], Boom)
+    flag.close_window(4, thread.ident)
+    assert flag.raise_in_window(4, Boom) is False
+
+
+def test_close_window_drops_a_pending_exception(flag):
+    release, caught = threading.Event(), []
+    thread = _worker(release, caught)
+    flag.open_window(6, thread.ident)
+    assert flag.raise_in_window(6, Boom) is True
+    flag.close_window(6, thread.ident)  # before the thread ran a single bytecode
+    release.set()
+    thread.join(HANG)
+    assert caught == [None]
+    assert flag.raise_in_window(6, Boom) is False
+
+
+def test_close_window_of_another_gen_keeps_the_window(flag):
+    release, caught = threading.Event(), []
+    thread = _worker(release, caught)
+    try:
+        flag.open_window(9, thread.ident)
+        flag.close_window(8, thread.ident)
+        assert flag.raise_in_window(9, Boom) is True
+    finally:
+        release.set()
+        thread.join(HANG)
+        flag.close_window(9, thread.ident)
+    assert isinstance(caught[0], Boom)
+
+
+def test_raise_in_window_wants_a_class(flag):
+    flag.open_window(2, threading.get_ident())
+    try:
+        with pytest.raises(TypeError):
+            flag.raise_in_window(2, Boom())
+    finally:
+        flag.close_window(2, threading.get_ident())
+
+
+# -- SIGINT: only the compiled module has a C handler --
+
+def test_fallback_has_no_sigint_handler():
+    assert _fallback.install_sigint_handler() is False
+    assert _fallback.sigint_handler_installed() is False
+    assert _fallback.take_sigint_arrival() == -1
+
+
+_PRELUDE = """
+import os, signal, sys, threading, time
+from cancelkernel.native import _flag as f
+seen = []
+def record(signum, frame):
+    seen.append(signum)
+signal.signal(signal.SIGINT, record)   # Python's handler, which must keep running
+def settle():
+    for _ in range(100):  # bytecodes, so that Python runs its pending handler
+        pass
+"""
+
+
+def test_install_is_idempotent_and_survives_signal_signal():
+    out = run_python(prelude=_PRELUDE, code="""
+        assert f.sigint_handler_installed() is False
+        assert f.install_sigint_handler() is True
+        assert f.install_sigint_handler() is True
+        assert f.sigint_handler_installed() is True
+        signal.signal(signal.SIGINT, record)      # CPython silently puts its own C handler back
+        assert f.sigint_handler_installed() is False
+        assert f.take_sigint_arrival() == -1      # without our handler nothing can be attributed
+        assert f.install_sigint_handler() is True
+        assert f.sigint_handler_installed() is True
+        assert f.take_sigint_arrival() == 0
+        print("OK")
+    """)
+    assert out.strip() == "OK"
+
+
+def test_outside_sigint_sets_the_flag_and_chains_to_python():
+    out = run_python(prelude=_PRELUDE, code="""
+        f.install_sigint_handler()
+        f.begin(5)
+        os.kill(os.getpid(), signal.SIGINT)
+        settle()
+        assert f.cancel_requested() is True
+        assert f.take_sigint_arrival() == 5
+        assert f.take_sigint_arrival() == 0      # taken once
+        assert seen == [signal.SIGINT]           # Python's handler ran too
+        f.end(5)
+        print("OK")
+    """)
+    assert out.strip() == "OK"
+
+
+def test_sigint_while_idle_sets_nothing():
+    out = run_python(prelude=_PRELUDE, code="""
+        f.install_sigint_handler()
+        os.kill(os.getpid(), signal.SIGINT)
+        settle()
+        assert f.cancel_requested() is False and f.take_sigint_arrival() == 0
+        f.begin(1)
+        assert f.cancel_requested() is False     # a SIGINT while idle is not for the next execution
+        assert seen == [signal.SIGINT]
+        print("OK")
+    """)
+    assert out.strip() == "OK"
+
+
+def test_expected_sigint_only_chains():
+    out = run_python(prelude=_PRELUDE, code="""
+        f.install_sigint_handler()
+        f.begin(3)
+        f.expect_sigint(3)
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        settle()
+        assert f.cancel_requested() is False     # the kernel's own SIGINT: the core sets the flag itself
+        assert f.take_sigint_arrival() == 0
+        assert seen == [signal.SIGINT]
+        os.kill(os.getpid(), signal.SIGINT)      # the expectation was used up: this one is outside
+        settle()
+        assert f.cancel_requested() is True and f.take_sigint_arrival() == 3
+        print("OK")
+    """)
+    assert out.strip() == "OK"
+
+
+def test_end_drops_the_expectation():
+    out = run_python(prelude=_PRELUDE, code="""
+        f.install_sigint_handler()
+        f.begin(3)
+        f.expect_sigint(3)
+        f.end(3)
+        f.begin(4)
+        os.kill(os.getpid(), signal.SIGINT)
+        settle()
+        assert f.cancel_requested() is True and f.take_sigint_arrival() == 4
+        print("OK")
+    """)
+    assert out.strip() == "OK"
+
+
+def test_sigint_on_another_thread_is_forwarded_to_the_main_thread():
+    # The main thread sleeps in C; only a SIGINT delivered to it breaks the sleep.
+    out = run_python(prelude=_PRELUDE, code="""
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        f.install_sigint_handler()
+        f.begin(2)
+        def send():
+            time.sleep(0.2)
+            signal.pthread_kill(threading.get_ident(), signal.SIGINT)   # to this thread, not main
+            time.sleep(0.5)
+        threading.Thread(target=send, daemon=True).start()
+        start = time.monotonic()
+        try:
+            time.sleep(20)
+        except KeyboardInterrupt:
+            pass
+        took = time.monotonic() - start
+        assert took < 10, took
+        assert f.cancel_requested() is True and f.take_sigint_arrival() == 2
+        print("OK")
+    """)
+    assert out.strip() == "OK"
+
+
+def test_chains_to_sig_ign():
+    out = run_python(prelude=_PRELUDE, code="""
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        f.install_sigint_handler()
+        f.begin(6)
+        os.kill(os.getpid(), signal.SIGINT)
+        settle()
+        assert f.cancel_requested() is True
+        print("OK")
+    """)
+    assert out.strip() == "OK"
+
+
+def test_chains_to_sig_dfl():
+    # Python's behaviour is unchanged: with SIG_DFL a SIGINT still ends the process.
+    run_python(prelude=_PRELUDE, code="""
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        f.install_sigint_handler()
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)
+        print("survived")
+    """, expect_rc=-2)
+
+
+def test_default_handler_still_raises_keyboardinterrupt():
+    out = run_python(prelude=_PRELUDE, code="""
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        f.install_sigint_handler()
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        except KeyboardInterrupt:
+            print("KeyboardInterrupt")
+    """)
+    assert out.strip() == "KeyboardInterrupt"
+
+
+def test_native_sleep_still_runs_python_signal_handlers():
+    # Outside a kernel (no execution running) Ctrl-C must stop cancellable_sleep as it stops time.sleep.
+    out = run_python(prelude=_PRELUDE, code="""
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        threading.Timer(0.2, os.kill, args=(os.getpid(), signal.SIGINT)).start()
+        start = time.monotonic()
+        try:
+            f.cancellable_sleep(20)
+        except KeyboardInterrupt as exc:
+            print("KeyboardInterrupt", time.monotonic() - start < 10)
+    """)
+    assert out.split() == ["KeyboardInterrupt", "True"]
