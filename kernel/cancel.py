@@ -4,7 +4,7 @@ An execution is one execute_request, named by its msg_id and a generation
 number.  A cancel names an execution and is a no-op for any other: it is never
 "for whatever runs next".  Delivery, in order: the native flag, an exception
 in the thread running the user's code (SIGINT on the main thread, an async
-exception on a worker), the wake-up event of cooperative sleeps, the asyncio
+exception on a worker), the waker of a worker's cooperative sleep, the asyncio
 task of a top-level-await cell, SIGINT to child processes.
 
 Nothing here knows about Jupyter.  See cancellation-facts.md §3-§5 for why each
@@ -28,6 +28,9 @@ from . import native
 # Why an execution was cancelled: the values of metadata.cancelkernel.reason.
 REASONS = ("request", "signal", "wall_budget", "quiet_budget", "deadline")
 
+# Seconds an awaiting worker cell gets to take a task cancel before we raise in its thread.
+ASYNC_ESCALATION = 0.05
+
 
 class CellInterrupt(KeyboardInterrupt):
     """Base of the per-execution interrupt classes (async exceptions need a class)."""
@@ -44,6 +47,7 @@ class Window:
     code: types.CodeType | None = None
     task: asyncio.Future | None = None
     loop: asyncio.AbstractEventLoop | None = None
+    waker: threading.Event | None = None  # set on delivery: wakes a worker's cooperative time.sleep
 
 
 @dataclass
@@ -60,8 +64,9 @@ class Execution:
     delivered: bool = False
     abandoned_thread: str | None = None
     window: Window | None = None
+    pending_scope: object | None = None  # a deadline scope that fired and has not exited yet
     ended: bool = False
-    wake: threading.Event = field(default_factory=threading.Event)
+    escalate_at: float | None = None  # when to raise in a worker whose task cancel did not land
     exc_class: type[CellInterrupt] = CellInterrupt
 
     @property
@@ -137,22 +142,22 @@ class CancellationCore:
             execution.delivered = True
             raise execution.exc_class()
 
-    def close_window(self, execution: Execution, window: Window) -> bool:
+    def close_window(self, execution: Execution, window: Window) -> KeyboardInterrupt | None:
         """Called on the exec thread after user code; survives an interrupt landing in it.
 
         Afterwards no interrupt can reach that thread (a pending async exception
-        is cleared).  Returns True if an interrupt fired while closing.
+        is cleared).  Returns the interrupt that fired while closing, if one did.
         """
-        interrupted = False
+        late: KeyboardInterrupt | None = None
         while True:
             try:
                 if execution.window is window:
                     execution.window = None
                 if not window.on_main_thread:
                     native.close_window(execution.gen, window.thread_id)
-                return interrupted
-            except CellInterrupt:
-                interrupted = True
+                return late
+            except KeyboardInterrupt as exc:  # ours or a deadline scope's, fired at the boundary
+                late = exc
 
     # -- cancelling (any thread but the exec thread's own signal handler) --
 
@@ -169,7 +174,7 @@ class CancellationCore:
             if execution is None or (target is not None and execution.msg_id != target):
                 return None
             self._mark_cancelled(execution, reason)
-            self._deliver(execution)
+            self._deliver(execution, execution.exc_class)
         if self._signal_children:
             _signal_child_processes(signal.SIGINT)
         if self._on_cancel is not None:
@@ -182,9 +187,8 @@ class CancellationCore:
             execution.cancel_time = time.monotonic()
         execution.interrupts_sent += 1
         native.cancel(execution.gen)
-        execution.wake.set()
 
-    def _deliver(self, execution: Execution) -> None:
+    def _deliver(self, execution: Execution, exc_class: type[BaseException]) -> None:
         window = execution.window
         if window is None:
             return  # between statements: open_window raises when user code resumes
@@ -192,15 +196,79 @@ class CancellationCore:
             native.expect_sigint(execution.gen)
             self._sigint_expected = execution
             signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        elif window.loop is not None:
+            # An awaiting cell: cancel its task; the watchdog raises in the
+            # thread later only if busy code keeps the loop from running.
+            window.loop.call_soon_threadsafe(self._cancel_task_if_open, execution, window)
+            execution.escalate_at = time.monotonic() + ASYNC_ESCALATION
         else:
-            if native.raise_in_window(execution.gen, execution.exc_class):
+            if native.raise_in_window(execution.gen, exc_class):
                 execution.delivered = True
-            if window.loop is not None:
-                window.loop.call_soon_threadsafe(self._cancel_task_if_open, execution, window)
+        if window.waker is not None:
+            window.waker.set()
+
+    def escalate(self, execution: Execution) -> None:
+        """Raise in a worker whose awaiting cell did not take the task cancel (busy code)."""
+        with self._lock:
+            execution.escalate_at = None
+            window = execution.window
+            if self._current is not execution or window is None or window.on_main_thread:
+                return
+            exc_class = self._exc_for(execution)
+            if exc_class is not None and native.raise_in_window(execution.gen, exc_class):
+                execution.delivered = True
+
+    def _exc_for(self, execution: Execution) -> type[BaseException] | None:
+        """What to raise now: the execution's interrupt, else a fired deadline's."""
+        if execution.cancelled:
+            return execution.exc_class
+        scope = execution.pending_scope
+        if scope is not None and getattr(scope, "active", False):
+            return scope.exc_class  # type: ignore[attr-defined]
+        return None
+
+    # -- deadlines (deadlines.py): a cancel scoped to a `with` block, not the execution --
+
+    def fire_scope(self, scope: object) -> bool:
+        """The scope's deadline passed: raise its class in the exec thread (watchdog thread)."""
+        with self._lock:
+            execution = self._current
+            if execution is None or not getattr(scope, "active", False) or getattr(scope, "cancel_called", True):
+                return False
+            window = execution.window
+            wanted = scope.thread_id  # type: ignore[attr-defined]
+            if window is None or (wanted and window.thread_id != wanted):
+                return False
+            scope.cancel_called = True  # type: ignore[attr-defined]
+            execution.pending_scope = scope
+            native.cancel(execution.gen)
+            if not execution.cancelled:
+                self._deliver(execution, scope.exc_class)  # type: ignore[attr-defined]
+            return True
+
+    def end_scope(self, scope: object) -> None:
+        """The scope's block exited (exec thread): nothing of its deadline may fire later."""
+        execution = self._current
+        if execution is None or execution.pending_scope is not scope:
+            return
+        execution.pending_scope = None
+        if execution.cancelled:
+            return
+        native.begin(execution.gen)  # the flag was set for the deadline only: clear it
+        window = execution.window
+        if window is not None and not window.on_main_thread:
+            # Drop a deadline exception still pending for this thread, keep the window.
+            native.close_window(execution.gen, window.thread_id)
+            native.open_window(execution.gen, window.thread_id)
+            if execution.cancelled:
+                execution.delivered = True
+                raise execution.exc_class()
 
     def _cancel_task_if_open(self, execution: Execution, window: Window) -> None:
         # Runs on the loop's thread: only cancel while the task still awaits user code.
-        if execution.window is window and window.task is not None and not window.task.done():
+        if execution.window is not window or self._exc_for(execution) is None:
+            return
+        if window.task is not None and not window.task.done():
             execution.delivered = True
             window.task.cancel()
 
@@ -237,22 +305,18 @@ class CancellationCore:
         elif expected is not execution:
             return  # our own SIGINT for an execution that has ended
         window = execution.window
-        if window is None:
+        exc_class = self._exc_for(execution)
+        if window is None or exc_class is None:
             return
-        if window.on_main_thread:
-            if window.task is not None and not self._inside_run_code(frame):
-                # A top-level-await cell suspended in the event loop: cancel its task.
-                assert window.loop is not None
-                window.loop.call_soon_threadsafe(self._cancel_task_if_open, execution, window)
-                return
-            if self._inside_run_code(frame):
-                execution.delivered = True
-                raise execution.exc_class()
-        else:
-            if native.raise_in_window(execution.gen, execution.exc_class):
-                execution.delivered = True
-            if window.loop is not None:
-                window.loop.call_soon_threadsafe(self._cancel_task_if_open, execution, window)
+        if not window.on_main_thread:
+            self._deliver(execution, exc_class)
+        elif self._inside_run_code(frame):
+            execution.delivered = True
+            raise exc_class()
+        elif window.task is not None:
+            # A top-level-await cell suspended in the event loop: cancel its task.
+            assert window.loop is not None
+            window.loop.call_soon_threadsafe(self._cancel_task_if_open, execution, window)
 
     def _inside_run_code(self, frame: types.FrameType | None) -> bool:
         codes = self._run_code_codes
@@ -264,30 +328,23 @@ class CancellationCore:
 
 
 def _child_pids(pid: int) -> list[int]:
-    """Descendants of `pid` in the same process group (Linux /proc; [] elsewhere)."""
-    try:
-        pgid = os.getpgid(pid)
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    parents: dict[int, int] = {}
-    for name in entries:
-        if not name.isdigit():
-            continue
+    """Descendants of `pid` (Linux: /proc/PID/task/TID/children; [] where that is missing)."""
+    found: list[int] = []
+    frontier = [pid]
+    while frontier:
+        parent = frontier.pop()
         try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
+            tasks = os.listdir(f"/proc/{parent}/task")
         except OSError:
             continue
-        # The command name may contain spaces and parentheses: split after the last ')'.
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 2 and int(fields[2]) == pgid:
-            parents[int(name)] = int(fields[1])
-    found, frontier = [], {pid}
-    while frontier:
-        children = [child for child, parent in parents.items() if parent in frontier]
-        found.extend(children)
-        frontier = set(children)
+        for tid in tasks:
+            try:
+                with open(f"/proc/{parent}/task/{tid}/children", "rb") as f:
+                    children = [int(c) for c in f.read().split()]
+            except (OSError, ValueError):
+                continue
+            found.extend(children)
+            frontier.extend(children)
     return found
 
 

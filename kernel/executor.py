@@ -95,9 +95,9 @@ class MainThreadExecutor(Executor):
             else:
                 exec(code, globals_, locals_)
         finally:
-            interrupted_while_closing = self.core.close_window(execution, window)
-        if interrupted_while_closing:
-            raise execution.exc_class()
+            late_interrupt = self.core.close_window(execution, window)
+        if late_interrupt is not None:
+            raise late_interrupt
 
     @property
     def exec_thread_id(self) -> int | None:
@@ -130,6 +130,8 @@ class _Worker(threading.Thread):
         self.job: _Job | None = None
         self.abandoned = False
         self.loop: asyncio.AbstractEventLoop | None = None
+        # Set by the core when it delivers an interrupt: wakes cooperative_sleep.
+        self.waker = threading.Event()
 
     def run(self) -> None:
         self.loop = asyncio.new_event_loop()
@@ -156,7 +158,8 @@ class _Worker(threading.Thread):
                 return
 
     def _run_job(self, job: _Job) -> None:
-        window = job.window = Window(self.ident, on_main_thread=False, code=job.code)
+        self.waker.clear()
+        window = job.window = Window(self.ident, on_main_thread=False, code=job.code, waker=self.waker)
         try:
             if job.async_:
                 assert self.loop is not None
@@ -178,8 +181,9 @@ class _Worker(threading.Thread):
     def _finish(self, job: _Job) -> None:
         # After close_window no interrupt can reach this thread any more.
         window = job.window or Window(self.ident, on_main_thread=False)
-        if self.core.close_window(job.execution, window) and job.error is None:
-            job.error = job.execution.exc_class()
+        late_interrupt = self.core.close_window(job.execution, window)
+        if late_interrupt is not None and job.error is None:
+            job.error = late_interrupt
         job.finished = True
         if self.abandoned:
             return  # the main thread has moved on: report nothing, touch nothing
@@ -215,16 +219,43 @@ def _trim(error: BaseException) -> BaseException:
     return error.with_traceback(tb)
 
 
+_real_sleep = time.sleep
+
+
+def cooperative_sleep(seconds: float) -> None:
+    """time.sleep for the worker's user code: an interrupt or a deadline wakes it.
+
+    A worker blocked in the C sleep cannot receive an async exception, so on
+    the exec worker we wait on its waker instead; the async exception the core
+    delivered fires as soon as the wait returns.  Other threads sleep as usual.
+    """
+    __tracebackhide__ = True
+    worker = threading.current_thread()
+    if not isinstance(worker, _Worker) or worker.abandoned or worker.job is None:
+        return _real_sleep(seconds)
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0 or seconds != seconds:
+        return _real_sleep(seconds)  # same errors (and zero-sleep yield) as the real one
+    deadline = time.monotonic() + seconds
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        if worker.waker.wait(min(left, 3600.0)):
+            worker.waker.clear()
+
+
 class WorkerExecutor(Executor):
     """User code on one persistent worker thread; the main loop stays free."""
 
     mode = "worker"
 
-    def __init__(self, core: CancellationCore):
+    def __init__(self, core: CancellationCore, *, patch_sleep: bool = True):
         super().__init__(core)
         self._count = 0
         self._abandoned: list[_Worker] = []
         self._worker = self._new_worker()
+        if patch_sleep and time.sleep is _real_sleep:
+            time.sleep = cooperative_sleep
 
     def _new_worker(self) -> _Worker:
         self._count += 1
@@ -289,6 +320,8 @@ class WorkerExecutor(Executor):
 
     def shutdown(self) -> None:
         self._worker.jobs.put(None)
+        if time.sleep is cooperative_sleep:
+            time.sleep = _real_sleep
 
 
 def _blocked_at(thread: threading.Thread) -> str:

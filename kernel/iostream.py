@@ -6,6 +6,7 @@ import threading
 from typing import Callable
 
 from ipykernel.iostream import OutStream
+from ipykernel.zmqshell import ZMQDisplayPublisher
 
 from .executor import abandoned_thread_ids
 
@@ -27,3 +28,19 @@ class CancelOutStream(OutStream):
         if string:
             output_seen()
         return super().write(string)
+
+
+class CancelDisplayPublisher(ZMQDisplayPublisher):
+    """ipykernel's display publisher; display/clear_output count as output, abandoned threads are muted."""
+
+    def publish(self, *args, **kwargs):  # type: ignore[override]
+        if abandoned_thread_ids and threading.get_ident() in abandoned_thread_ids:
+            return None
+        output_seen()
+        return super().publish(*args, **kwargs)
+
+    def clear_output(self, *args, **kwargs):  # type: ignore[override]
+        if abandoned_thread_ids and threading.get_ident() in abandoned_thread_ids:
+            return None
+        output_seen()
+        return super().clear_output(*args, **kwargs)

@@ -17,10 +17,12 @@ import typing as t
 from ipykernel.ipkernel import IPythonKernel
 from ipykernel.jsonutil import json_clean
 from ipykernel.kernelbase import _accepts_parameters
-from traitlets import Enum, Float, Instance
+from jupyter_core.paths import jupyter_runtime_dir
+from traitlets import Enum, Float, Instance, Unicode
 
-from . import __version__, iostream, native, protocol, stacks
+from . import __version__, budgets, deadlines, events, iostream, native, protocol, stacks
 from .cancel import CancellationCore, Execution
+from .dumps import DumpFile, thread_frames
 from .executor import Executor, make_executor
 from .shell import CancelShell, interrupt_message
 from .watchdog import Watchdog, Watched
@@ -49,6 +51,38 @@ class CancelKernel(IPythonKernel):
         abandoned and replaced (worker mode).""",
     ).tag(config=True)
 
+    wall_budget = Float(
+        0.0,
+        min=0.0,
+        help="Default wall budget: seconds a cell may run before it is treated as a runaway (0 = off).",
+    ).tag(config=True)
+
+    quiet_budget = Float(
+        0.0,
+        min=0.0,
+        help="Default quiet budget: seconds a cell may run without any output before it is a runaway (0 = off).",
+    ).tag(config=True)
+
+    on_runaway = Enum(
+        ["interrupt", "warn"],
+        default_value="interrupt",
+        help="What the watchdog does when a budget trips: interrupt the cell once, or only publish a warning event.",
+    ).tag(config=True)
+
+    dump_dir = Unicode(
+        "",
+        help="Directory for this kernel's stack dump file (default: the Jupyter runtime dir).",
+    ).tag(config=True)
+
+    switch_interval = Float(
+        0.0005,
+        min=0.0,
+        help="""sys.setswitchinterval for the kernel process (seconds; 0 keeps Python's 0.005).
+        A busy cell holds the GIL; the control thread that receives interrupt and
+        status requests waits this long for it at every hand-over, so smaller
+        means faster interrupts of busy Python code.""",
+    ).tag(config=True)
+
     core = Instance(CancellationCore, allow_none=True)
     executor = Instance(Executor, allow_none=True)
     watchdog = Instance(Watchdog, allow_none=True)
@@ -57,17 +91,30 @@ class CancelKernel(IPythonKernel):
 
     def __init__(self, **kwargs: t.Any):
         super().__init__(**kwargs)
-        self.core = CancellationCore()
+        self.core = CancellationCore(on_cancel=self._on_cancel)
         self.core.register_run_code(CancelShell.run_code.__code__)
         self.executor = make_executor(self.exec_thread, self.core)
         assert self.shell is not None
         self.shell.executor = self.executor
-        self.watchdog = Watchdog(grace=self.interrupt_grace, on_trip=self._on_trip, on_unresponsive=self._on_unresponsive)
+        self.shell.input_transformers_cleanup.insert(0, budgets.strip_directive)
+        self.watchdog = Watchdog(
+            self.core, grace=self.interrupt_grace, on_trip=self._on_trip, on_unresponsive=self._on_unresponsive
+        )
+        deadlines.runtime = self.watchdog
         iostream.output_listeners.append(self.watchdog.output_seen)
+        self.dumps = DumpFile(self._dump_path())
         self._shutting_down = False
         self._last_stack: dict | None = None
+        self._parents: dict[str, dict] = {}
+        if self.switch_interval:
+            sys.setswitchinterval(self.switch_interval)
         if threading.current_thread() is threading.main_thread():
             self.core.install_sigint()
+
+    def _dump_path(self) -> str:
+        connection_file = getattr(self.parent, "connection_file", "") or f"kernel-{os.getpid()}.json"
+        stem = os.path.splitext(os.path.basename(connection_file))[0]
+        return os.path.join(self.dump_dir or jupyter_runtime_dir(), f"cancelkernel-{stem}-stacks.txt")
 
     # -- SIGINT: the core owns it for the kernel's whole life (see cancel.py) --
 
@@ -94,7 +141,8 @@ class CancelKernel(IPythonKernel):
             "interrupt_grace": self.interrupt_grace,
             "native_flag": native.available,
             "pid": os.getpid(),
-            "features": ["targeted_interrupt", "cancel_status", "reply_metadata"],
+            "dump_file": self.dumps.path if self.dumps.available else None,
+            "features": ["targeted_interrupt", "cancel_status", "reply_metadata", "budgets", "deadlines", "events", "dump_file"],
         }
         return info
 
@@ -141,6 +189,7 @@ class CancelKernel(IPythonKernel):
             "interrupt_grace": self.interrupt_grace,
             "execution": None,
             "last_stack": self._last_stack,
+            "dump_file": self.dumps.path if self.dumps.available else None,
             "abandoned_threads": self.executor.abandoned_threads(),
         }
         if execution is not None:
@@ -157,20 +206,55 @@ class CancelKernel(IPythonKernel):
             }
         return status
 
-    # -- the watchdog's callbacks (watchdog thread) --
+    # -- what happens when an execution is cancelled, trips a budget or ignores an interrupt --
+
+    def _on_cancel(self, execution: Execution) -> None:
+        """After every interrupt: arm the GIL-proof dump, tell the cell."""
+        self.dumps.arm(self.interrupt_grace)
+        self._publish_event(execution, events.interrupt(execution))
 
     def _on_trip(self, watched: Watched, reason: str) -> None:
-        """Placeholder until budgets land: interrupt once."""
+        """A budget tripped (watchdog thread): say so in the cell with the stack, interrupt ONCE."""
         assert self.core is not None
-        self.core.cancel(watched.execution.msg_id, reason)
+        execution = watched.execution
+        frames = self._exec_stack()
+        self._remember_stack(execution, frames, "runaway")
+        act = self.on_runaway == "interrupt"
+        self._publish_event(execution, events.runaway(execution, watched, reason, frames, interrupting=act))
+        if act:
+            self.core.cancel(execution.msg_id, reason)
 
     def _on_unresponsive(self, watched: Watched) -> None:
-        assert self.executor is not None and self.shell is not None
+        """The interrupt did not stop the cell within the grace period (watchdog thread)."""
+        assert self.executor is not None
         execution = watched.execution
+        frames = self._exec_stack()
+        self._remember_stack(execution, frames, "unresponsive")
+        if self.executor.on_unresponsive(execution):
+            self._publish_event(execution, events.abandoned(execution, frames, self.interrupt_grace))
+        else:
+            self._publish_event(execution, events.unresponsive(execution, frames, self.interrupt_grace))
+
+    def _exec_stack(self) -> list[stacks.Frame]:
+        assert self.executor is not None and self.shell is not None
         thread_id = self.executor.exec_thread_id
-        frames = stacks.thread_stack(thread_id, self.shell.cell_label) if thread_id else []
-        self._last_stack = {"execution": execution.msg_id, "frames": stacks.as_dicts(frames), "taken": time.time()}
-        self.executor.on_unresponsive(execution)
+        return stacks.thread_stack(thread_id, self.shell.cell_label) if thread_id else []
+
+    def _remember_stack(self, execution: Execution, frames: list[stacks.Frame], why: str) -> None:
+        self._last_stack = {
+            "execution": execution.msg_id,
+            "why": why,
+            "elapsed": round(execution.elapsed(), 4),
+            "frames": stacks.as_dicts(frames),
+            "stopped_at": stacks.stopped_at(frames),
+        }
+
+    def _publish_event(self, execution: Execution, event: dict) -> None:
+        parent = self._parents.get(execution.msg_id)
+        if self.session is None or parent is None:
+            return
+        content = {"data": {protocol.EVENT_MIME: event, "text/plain": event["message"]}, "metadata": {}, "transient": {}}
+        self.session.send(self.iopub_socket, "display_data", json_clean(content), parent=parent, ident=self._topic("display_data"))
 
     # -- execution --
 
@@ -189,11 +273,23 @@ class CancelKernel(IPythonKernel):
         assert self.core is not None and self.watchdog is not None and self.shell is not None
         parent = self.get_parent("shell")
         msg_id = parent.get("header", {}).get("msg_id", "")
-        self.core.ensure_sigint()
         shell = self.shell
+        try:
+            directives = self._directives(code, cell_meta)
+        except budgets.BudgetError as exc:
+            return self._refuse(msg_id, exc)
+        self.core.ensure_sigint()
         shell.interrupt_report = None
         execution = self.core.begin(msg_id, code)
-        self.watchdog.watch(execution)
+        self._parents[msg_id] = parent
+        watched = self.watchdog.watch(
+            execution, wall_budget=directives.wall_budget or 0.0, quiet_budget=directives.quiet_budget or 0.0
+        )
+        timeout = self._arm_cell_timeout(directives)
+        budget = min(b for b in (watched.wall_budget, watched.quiet_budget, directives.timeout or 0.0, float("inf")) if b)
+        if budget != float("inf"):
+            self.dumps.arm(budget + self.interrupt_grace)  # a GIL-holding call still gets its stack dumped
+        dumped = ""
         try:
             try:
                 reply = await self._run_cell(code, silent, store_history, user_expressions, allow_stdin, cell_meta, cell_id)
@@ -201,14 +297,78 @@ class CancelKernel(IPythonKernel):
                 # Last line of defence: an interrupt that escaped the shell still gets a reply.
                 reply = self._escaped_interrupt_reply(execution, exc)
         finally:
+            if timeout is not None:
+                self.watchdog.disarm(timeout)
+            self.dumps.disarm()
+            dumped = self.dumps.read()
             self.watchdog.unwatch(execution)
             self.core.end(execution)
         report = shell.interrupt_report if shell.interrupt_report and shell.interrupt_report["execution"] == msg_id else None
         if report is not None and reply.get("status") == "error":
             reply["ename"] = report["ename"]
             reply["evalue"] = report["evalue"]
-        self._execution_metadata = _reply_metadata(execution, reply, report, self.exec_thread)
+        metadata = _reply_metadata(execution, reply, report, self.exec_thread)
+        if dumped:
+            self._attach_dump(execution, dumped, metadata)
+        metadata["budgets"] = {"wall_budget": watched.wall_budget, "quiet_budget": watched.quiet_budget, "timeout": directives.timeout}
+        if watched.tripped:
+            metadata["tripped"] = watched.tripped
+        if watched.unresponsive:
+            metadata["unresponsive"] = True
+        self._execution_metadata = metadata
+        self._parents.pop(msg_id, None)
         return reply
+
+    def _directives(self, code: str, cell_meta: dict | None) -> budgets.CellDirectives:
+        """Kernel defaults < execute_request metadata < a %%budget / %%timeout first line."""
+        defaults = budgets.CellDirectives(wall_budget=self.wall_budget or None, quiet_budget=self.quiet_budget or None)
+        meta = budgets.from_metadata((cell_meta or {}).get(protocol.KEY))
+        line = budgets.first_directive_line(code)
+        magic = budgets.parse_directive(line) if line else budgets.CellDirectives()
+        return budgets.merge(defaults, meta, magic)
+
+    def _arm_cell_timeout(self, directives: budgets.CellDirectives) -> deadlines.CancelScope | None:
+        """%%timeout: a fail_after over the whole cell, fired by the watchdog like any deadline."""
+        if not directives.timeout:
+            return None
+        scope = deadlines.fail_after(directives.timeout)
+        scope.description = f"%%timeout {directives.timeout:g}"
+        scope.started = time.monotonic()
+        scope.where = "the whole cell"
+        scope.active = True
+        self.watchdog.arm(scope)
+        return scope
+
+    def _refuse(self, msg_id: str, exc: budgets.BudgetError) -> dict:
+        """A bad budget: say so in the cell and do not run it."""
+        assert self.shell is not None
+        evalue = f"{exc} (the cell was not run)"
+        stb = [f"\x1b[31mBudgetError\x1b[0m: {evalue}"]
+        self.shell._showtraceback(budgets.BudgetError, evalue, stb)
+        self._execution_metadata = {"msg_id": msg_id, "interrupted": False, "reason": None, "refused": True}
+        return {
+            "status": "error",
+            "ename": "BudgetError",
+            "evalue": evalue,
+            "traceback": stb,
+            "execution_count": self.shell.execution_count,
+            "user_expressions": {},
+            "payload": [],
+        }
+
+    def _attach_dump(self, execution: Execution, dumped: str, metadata: dict) -> None:
+        """faulthandler wrote stacks while the kernel had no GIL: show the exec thread's."""
+        assert self.executor is not None and self.shell is not None
+        thread_id = self.executor.exec_thread_id or 0
+        frames = thread_frames(dumped, thread_id, self.shell.cell_label)
+        if not frames:
+            return
+        self._remember_stack(execution, frames, "dump")
+        if not metadata.get("stack"):
+            metadata["stack"] = stacks.as_dicts(frames)
+            metadata["stopped_at"] = metadata.get("stopped_at") or stacks.stopped_at(frames)
+        metadata["stack_source"] = "faulthandler"
+        self._publish_event(execution, events.dumped(execution, frames, self.dumps.path))
 
     def finish_metadata(self, parent: dict, metadata: dict, reply_content: dict) -> dict:
         metadata = super().finish_metadata(parent, metadata, reply_content)
@@ -319,6 +479,7 @@ class CancelKernel(IPythonKernel):
 
     def do_shutdown(self, restart: bool) -> dict:
         self._shutting_down = True
+        self.dumps.close()
         if self.watchdog is not None:
             self.watchdog.stop()
         if self.executor is not None:

@@ -15,15 +15,18 @@ from typing import Any
 
 from ipykernel.zmqshell import ZMQInteractiveShell
 from traitlets import Any as AnyTrait
+from traitlets import Type
 
-from . import stacks
+from . import iostream, stacks
 from .cancel import CellInterrupt, Execution
+from .deadlines import DeadlineExceeded, _ScopeExpired
 
 
 class CancelShell(ZMQInteractiveShell):
     """ZMQInteractiveShell whose cells run through a cancellation-aware executor."""
 
     executor = AnyTrait(None, allow_none=True, help="The Executor that runs user code (set by the kernel).")
+    display_pub_class = Type(iostream.CancelDisplayPublisher, help="Publisher of display() output; feeds the quiet-budget clock.")
 
     # The execution whose interrupt was reported last (read by the kernel for the reply).
     interrupt_report: dict | None = None
@@ -70,6 +73,12 @@ class CancelShell(ZMQInteractiveShell):
             execution = self._interrupted_execution(exc)
             if execution is not None:
                 self.show_interrupt(execution, exc)
+            elif isinstance(exc, _ScopeExpired) and exc.scope is not None:
+                # A whole-cell deadline (%%timeout) has no `with` block to convert it.
+                error = DeadlineExceeded(exc.scope.message()).with_traceback(exc.__traceback__)
+                if result is not None:
+                    result.error_in_exec = error
+                self.showtraceback(exc_tuple=(DeadlineExceeded, error, exc.__traceback__), running_compiled_code=True)
             else:
                 self.showtraceback(running_compiled_code=True)
         else:
@@ -101,9 +110,17 @@ class CancelShell(ZMQInteractiveShell):
             "frames": frames,
             "stopped_at": stacks.stopped_at(frames),
         }
+        # IPython formats the exception again for its history (ultratb, ~10 ms and
+        # growing with depth) unless the exception renders itself.
+        try:
+            exc._render_traceback_ = lambda: stb  # type: ignore[attr-defined]
+        except AttributeError:
+            pass
         self._showtraceback(type(exc), evalue, stb)
-        # The kernel reads ename from here; keep it the builtin name, not our subclass.
-        self._last_ename = ename
+
+    def _showtraceback(self, etype: type, evalue: object, stb: list[str]) -> None:
+        iostream.output_seen()  # an error is output too: it resets the quiet-budget clock
+        super()._showtraceback(etype, evalue, stb)
 
     def cell_label(self, filename: str) -> str | None:
         """'Cell In[3]' for a cell's file name, as IPython shows it."""

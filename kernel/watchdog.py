@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .cancel import Execution
+from .cancel import CancellationCore, Execution
 
 log = logging.getLogger("cancelkernel")
 
@@ -43,15 +43,19 @@ class Watchdog:
 
     def __init__(
         self,
+        core: CancellationCore,
         *,
         grace: float,
         on_trip: Callable[[Watched, str], None],
         on_unresponsive: Callable[[Watched], None],
     ):
+        self.core = core
         self.grace = grace
         self._on_trip = on_trip
         self._on_unresponsive = on_unresponsive
         self._watched: Watched | None = None
+        self._scopes: list = []  # active deadline scopes (deadlines.CancelScope), outermost first
+        self._scopes_lock = threading.Lock()
         self._wake = threading.Event()
         self._stopped = False
         self._thread = threading.Thread(target=self._run, name="cancelkernel-watchdog", daemon=True)
@@ -81,19 +85,54 @@ class Watchdog:
         self._stopped = True
         self._wake.set()
 
+    # -- deadlines.runtime: scopes armed by `with fail_after(...)` in a cell --
+
+    def arm(self, scope: object) -> None:
+        with self._scopes_lock:
+            self._scopes.append(scope)
+        self._wake.set()
+
+    def disarm(self, scope: object) -> None:
+        with self._scopes_lock:
+            if scope in self._scopes:
+                self._scopes.remove(scope)
+        self.core.end_scope(scope)
+
+    def _expired_scope(self, now: float) -> object | None:
+        """The outermost scope whose deadline passed (it is the one that catches, as in trio)."""
+        with self._scopes_lock:
+            for scope in self._scopes:
+                if not scope.cancel_called and scope.deadline <= now:  # type: ignore[attr-defined]
+                    return scope
+        return None
+
+    def _next_wake(self, now: float) -> float | None:
+        with self._scopes_lock:
+            deadlines = [s.deadline for s in self._scopes if not s.cancel_called]  # type: ignore[attr-defined]
+        if self._watched is not None:
+            deadlines.append(now + TICK)
+        return min(deadlines) - now if deadlines else None
+
     def _run(self) -> None:
         while not self._stopped:
-            if self._watched is None:
+            now = time.monotonic()
+            wait = self._next_wake(now)
+            if wait is None:
                 self._wake.wait()
                 self._wake.clear()
                 continue
-            time.sleep(TICK)
-            watched = self._watched
-            if watched is not None:
-                try:
-                    self.check(watched)
-                except Exception:  # noqa: BLE001 - the watchdog must outlive any bug in a callback
-                    log.exception("watchdog check failed")
+            if wait > 0 and self._wake.wait(wait):
+                self._wake.clear()
+            try:
+                now = time.monotonic()
+                scope = self._expired_scope(now)
+                if scope is not None and not self.core.fire_scope(scope):
+                    self._wake.wait(TICK)  # between statements: try again when user code resumes
+                watched = self._watched
+                if watched is not None:
+                    self.check(watched, now)
+            except Exception:  # noqa: BLE001 - the watchdog must outlive any bug in a callback
+                log.exception("watchdog check failed")
 
     def check(self, watched: Watched, now: float | None = None) -> None:
         """One look at the running execution (public for tests with an injected clock)."""
@@ -101,6 +140,8 @@ class Watchdog:
         execution = watched.execution
         if execution.ended:
             return
+        if execution.escalate_at is not None and now >= execution.escalate_at:
+            self.core.escalate(execution)
         if watched.tripped is None and not execution.cancelled:
             if watched.wall_budget and now - execution.started > watched.wall_budget:
                 watched.tripped = "wall_budget"
