@@ -1,0 +1,332 @@
+"""AgentKernel: run cells for a program under budgets, with the policy applied and logged.
+
+    with AgentKernel() as ak:                       # our kernel; "python3" works too
+        r = ak.run("x = heavy()", wall_budget=30)
+        if r.status == "interrupted":
+            r = ak.retry(r, "x = heavy(fast=True)")  # a second runaway raises RunawayCellError
+
+Policy and mechanism are apart: policy.py decides, kernel.py talks.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import typing as t
+import warnings
+
+from . import stack as stacks
+from .checkpoints import MODES as CHECKPOINT_MODES
+from .checkpoints import Checkpoints
+from .detect import check_budget
+from .errors import BadInputError, RunawayCellError
+from .history import RuntimeHistory, cell_key
+from .kernel import KernelInfo, KernelLink
+from .log import InterventionLog, cell_fields
+from .outputs import DisplayRegistry
+from .policy import CellPlan, Policy, Restored
+from .result import CellResult
+
+# Feature our kernel advertises when it enforces budgets from execute_request metadata (issue 4).
+BUDGET_FEATURES = ("budgets", "watchdog")
+
+
+class AgentKernel:
+    """One kernel, run by a program: budgets, one interrupt per cell, restart with state, a log.
+
+    kernel_name: a kernelspec name ("cancelkernel", "cancelkernel-worker", "python3", ...).
+    connection_file: connect to a running kernel instead of starting one.
+    wall_budget / quiet_budget: defaults for every cell (seconds, None = none;
+      wall_budget="auto" derives it from the cell's measured runtimes).
+    checkpoint: "off" | "before-risky" | "after-ok" (needs a kernel with checkpoints).
+    log: a JSONL file, one record per intervention (per cell with log_all=True).
+    history: a JSON file keeping runtimes for wall_budget="auto" across sessions.
+    """
+
+    def __init__(
+        self,
+        kernel_name: str = "cancelkernel",
+        *,
+        connection_file: str | os.PathLike | None = None,
+        wall_budget: float | str | None = None,
+        quiet_budget: float | None = None,
+        interrupt_grace: float | None = None,
+        checkpoint: str = "off",
+        log: str | os.PathLike | None = None,
+        log_all: bool = False,
+        history: str | os.PathLike | None = None,
+        auto_floor: float = 5.0,
+        auto_factor: float = 3.0,
+        auto_default: float = 60.0,
+        risky_after: float = 1.0,
+        kernel_budgets: bool = True,
+        accept_abandoned_threads: bool = False,
+        max_output_bytes: int | None = 10_000_000,
+        extra_arguments: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        start_timeout: float = 60.0,
+    ):
+        # Validate everything first: bad input starts nothing and writes nothing.
+        if not isinstance(kernel_name, str) or not kernel_name:
+            raise BadInputError(f"kernel_name must be a kernelspec name such as 'cancelkernel' or 'python3', not {kernel_name!r}")
+        self.wall_budget = check_budget("wall_budget", wall_budget, allow_auto=True)
+        self.quiet_budget = check_budget("quiet_budget", quiet_budget)
+        if interrupt_grace is not None:
+            interrupt_grace = t.cast(float, check_budget("interrupt_grace", interrupt_grace))
+        if checkpoint not in CHECKPOINT_MODES:
+            raise BadInputError(f"checkpoint must be one of {', '.join(CHECKPOINT_MODES)}, not {checkpoint!r}")
+        if max_output_bytes is not None and (not isinstance(max_output_bytes, int) or max_output_bytes <= 0):
+            raise BadInputError(f"max_output_bytes must be a positive int or None, not {max_output_bytes!r}")
+        self.checkpoint_mode = checkpoint
+        self.risky_after = float(risky_after)
+        self.kernel_budgets = kernel_budgets
+        self.log = InterventionLog(log, log_all=log_all) if log is not None else None
+        self.history = RuntimeHistory(history, floor=auto_floor, factor=auto_factor, default=auto_default)
+        self.link = KernelLink(
+            None if connection_file is not None and kernel_name == "cancelkernel" else kernel_name,
+            connection_file=connection_file,
+            extra_arguments=extra_arguments,
+            env=env,
+            start_timeout=start_timeout,
+        )
+        self.checkpoints = Checkpoints(self.link)
+        self.policy = Policy(
+            self.link,
+            restore=self._restore_after_restart,
+            interrupt_grace=interrupt_grace,
+            accept_abandoned_threads=accept_abandoned_threads,
+            max_output_bytes=max_output_bytes,
+            registry=DisplayRegistry(),
+        )
+        self._manual = threading.Event()
+        self._interrupted: set[str] = set()  # cell keys that used their one interrupt
+        self._attempts: dict[str, list[CellResult]] = {}
+        self._started = False
+        self._warned_checkpoint = False
+
+    # -- life cycle --
+
+    def __enter__(self) -> AgentKernel:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> AgentKernel:
+        """Start (or connect to) the kernel and wait until it answers."""
+        if not self._started:
+            self.link.start()
+            self._started = True
+        return self
+
+    def close(self) -> None:
+        """Shut down a kernel started here (a connected one keeps running)."""
+        self._started = False
+        self.link.shutdown()
+
+    @property
+    def info(self) -> KernelInfo:
+        return self.link.info
+
+    @property
+    def kernel_name(self) -> str:
+        return self.link.kernel_name
+
+    # -- running cells --
+
+    def run(
+        self,
+        code: str,
+        *,
+        wall_budget: float | str | None = None,
+        quiet_budget: float | None = None,
+        cell_id: str | None = None,
+        risky: bool | None = None,
+    ) -> CellResult:
+        """Run one cell under the policy.  Budgets default to the AgentKernel's; math.inf turns one off."""
+        if not isinstance(code, str):
+            raise BadInputError(f"code must be a str (the cell's source), not {type(code).__name__}")
+        if cell_id is not None and not isinstance(cell_id, str):
+            raise BadInputError(f"cell_id must be a str or None, not {cell_id!r}")
+        return self._run(code, cell_id, cell_key(code, cell_id), wall_budget, quiet_budget, risky)
+
+    def retry(
+        self, result: CellResult, new_code: str, *, wall_budget: float | str | None = None, quiet_budget: float | None = None
+    ) -> CellResult:
+        """Run a fixed version of a cell that failed or ran away; it counts as the same cell.
+
+        The cell keeps the interrupt it already used: if the new code runs away
+        too, the kernel is restarted and RunawayCellError raised.
+        """
+        if not isinstance(result, CellResult):
+            raise BadInputError(f"retry needs the CellResult of the earlier attempt, not {type(result).__name__}")
+        if not isinstance(new_code, str):
+            raise BadInputError(f"new_code must be a str (the cell's fixed source), not {type(new_code).__name__}")
+        wall = wall_budget if wall_budget is not None else result.budgets.get("wall_budget")
+        quiet = quiet_budget if quiet_budget is not None else result.budgets.get("quiet_budget")
+        return self._run(new_code, result.cell_id, result.cell_key or cell_key(result.source, result.cell_id), wall, quiet, True)
+
+    def interrupt(self) -> None:
+        """Ask for the running cell to be interrupted (thread-safe; counts as its one interrupt)."""
+        self._manual.set()
+
+    def reset_cell(self, cell: str) -> None:
+        """Give a cell (its cell_id, or its cell_key) a fresh interrupt and forget its attempts."""
+        for key in (cell, f"id:{cell}"):
+            self._interrupted.discard(key)
+            self._attempts.pop(key, None)
+
+    def attempts(self, cell: str) -> list[CellResult]:
+        """Every result of a cell so far (by cell_id or cell_key)."""
+        return list(self._attempts.get(cell) or self._attempts.get(f"id:{cell}") or [])
+
+    def _run(
+        self, code: str, cell_id: str | None, key: str, wall: t.Any, quiet: t.Any, risky: bool | None
+    ) -> CellResult:
+        wall_v = _budget("wall_budget", wall, self.wall_budget, allow_auto=True)
+        quiet_v = _budget("quiet_budget", quiet, self.quiet_budget)
+        if not self._started:
+            raise BadInputError("the kernel is not started: use `with AgentKernel(...) as ak:` or call ak.start() first")
+        if wall_v == "auto":
+            wall_v = self.history.auto_budget(key)
+        between = self._revive_if_dead()
+        may_interrupt = key not in self._interrupted
+        if self.checkpoint_mode == "before-risky" and self._is_risky(key, risky):
+            self._auto_save("before a risky cell")
+        plan = CellPlan(
+            source=code,
+            cell_id=cell_id,
+            cell_key=key,
+            attempt=len(self._attempts.get(key, [])) + 1,
+            wall_budget=t.cast("float | None", wall_v),
+            quiet_budget=t.cast("float | None", quiet_v),
+            may_interrupt=may_interrupt,
+        )
+        if may_interrupt and self.kernel_budgets and any(self.info.has(f) for f in BUDGET_FEATURES) and (wall_v or quiet_v):
+            budgets = {k: v for k, v in (("wall_budget", wall_v), ("quiet_budget", quiet_v)) if v}
+            plan.kernel_metadata = {"cancelkernel": budgets}
+            plan.kernel_enforces = True
+        self._manual.clear()
+        result = self.policy.run(plan, self._manual)
+        if between is not None:
+            result.actions.insert(0, between)
+            if result.status in ("ok", "error"):
+                result.state = "restored" if between.get("restored") else "lost"
+        self.history.record(key, result.elapsed, result.status)
+        self._attempts.setdefault(key, []).append(result)
+        runaway = result.reason in ("wall_budget", "quiet_budget", "manual") and result.status in ("interrupted", "restarted")
+        if runaway:
+            self._interrupted.add(key)
+        if self.checkpoint_mode == "after-ok" and result.status == "ok":
+            self._auto_save("after a successful cell")
+        self._write_log(result)
+        if runaway and not may_interrupt:
+            raise RunawayCellError(key, self._attempts[key])
+        return result
+
+    def _is_risky(self, key: str, risky: bool | None) -> bool:
+        """Risky unless it completed before in under risky_after seconds (or the caller says)."""
+        if risky is not None:
+            return risky
+        longest = self.history.longest(key)
+        return longest is None or longest > self.risky_after or key in self._interrupted
+
+    def _revive_if_dead(self) -> dict | None:
+        """The kernel died between cells (killed from outside): restart it before running the next one."""
+        if self.link.is_alive():
+            return None
+        why = "the kernel process was found dead before the cell started" + _exit_text(self.link)
+        self.link.restart()
+        restored = self._restore_after_restart()
+        action = {"action": "restart", "why": "died", "why_text": why, "via": "restart", "at": 0.0,
+                  "outcome": f"new kernel running; state {restored.state}", "restored": restored.names}
+        return action
+
+    # -- checkpoints --
+
+    def save_checkpoint(self, name: str | None = None) -> dict[str, t.Any]:
+        """Save the kernel's state now (raises CheckpointError on kernels without checkpoints)."""
+        return self.checkpoints.save(name)
+
+    def restore_checkpoint(self, name: str | None = None) -> Restored:
+        """Bring back a checkpoint (the latest if no name)."""
+        return self.checkpoints.restore(name)
+
+    def list_checkpoints(self) -> list[dict[str, t.Any]]:
+        return self.checkpoints.list()
+
+    def drop_checkpoint(self, name: str) -> dict[str, t.Any]:
+        return self.checkpoints.drop(name)
+
+    def restart(self) -> Restored:
+        """Restart the kernel on purpose and restore the latest checkpoint (if any)."""
+        self.link.restart()
+        return self._restore_after_restart()
+
+    def _restore_after_restart(self) -> Restored:
+        return self.checkpoints.restore_latest()
+
+    def _auto_save(self, when: str) -> None:
+        if not self.checkpoints.available:
+            if not self._warned_checkpoint:
+                self._warned_checkpoint = True
+                warnings.warn(
+                    f"checkpoint={self.checkpoint_mode!r}: kernel {self.kernel_name!r} has no checkpoint interface; "
+                    f"state will be lost on a restart",
+                    RuntimeWarning,
+                    stacklevel=4,
+                )
+            return
+        try:
+            self.checkpoints.save(None)
+        except Exception as exc:  # noqa: BLE001 - a failed save must not stop the cell; it is reported
+            warnings.warn(f"checkpoint save {when} failed: {exc}", RuntimeWarning, stacklevel=4)
+
+    # -- the log --
+
+    def _write_log(self, result: CellResult) -> None:
+        if self.log is None:
+            return
+        base = {
+            "kernel": {"name": self.kernel_name, "id": self.link.kernel_id, "pid": result.kernel.get("pid")},
+            **cell_fields(result.source, result.cell_id, result.cell_key, result.attempt),
+            "elapsed": result.elapsed,
+            "budgets": result.budgets,
+            "status": result.status,
+            "state": result.state,
+        }
+        for action in result.actions:
+            record = {
+                **base,
+                "why": action.get("why"),
+                "why_text": action.get("why_text"),
+                "action": action.get("action"),
+                "via": action.get("via"),
+                "outcome": action.get("outcome"),
+                "interrupt_latency": action.get("latency") if action.get("action") == "interrupt" else None,
+                "stack": result.stack,
+                "stopped_at": stacks.stopped_at(result.stack),
+                "partial_output_bytes": result.output_size(),
+                "restored": result.restored if action.get("action") == "restart" else None,
+            }
+            self.log.write(record)
+        if not result.actions and self.log.log_all:
+            self.log.write({**base, "why": None, "why_text": None, "action": "none", "outcome": result.status,
+                            "output_bytes": result.output_size(), "error": result.error_name})
+
+
+def _budget(name: str, value: t.Any, default: t.Any, *, allow_auto: bool = False) -> t.Any:
+    """A per-cell budget: None takes the default, math.inf turns it off, anything else is checked."""
+    if value is None:
+        return default
+    if isinstance(value, float) and math.isinf(value) and value > 0:
+        return None
+    return check_budget(name, value, allow_auto=allow_auto)
+
+
+def _exit_text(link: KernelLink) -> str:
+    from .kernel import describe_exit
+
+    return describe_exit(link.exit_code())
