@@ -14,7 +14,7 @@ from .kernel import KernelLink
 from .policy import Restored
 
 MODES = ("off", "before-risky", "after-ok")
-FEATURE = "checkpoint"
+FEATURES = ("checkpoint", "checkpoints")  # the brief said the first; the kernel advertises the second
 REQUEST = "checkpoint_request"
 REPLY = "checkpoint_reply"
 
@@ -29,13 +29,13 @@ class Checkpoints:
 
     @property
     def available(self) -> bool:
-        return self.link.info.has(FEATURE)
+        return any(self.link.info.has(f) for f in FEATURES)
 
     def request(self, action: str, name: str | None = None) -> dict[str, t.Any]:
         if not self.available:
             raise CheckpointError(
                 f"kernel {self.link.kernel_name!r} has no checkpoint interface (it does not advertise "
-                f"'{FEATURE}' in kernel_info); use the cancelkernel kernel, or keep state in files yourself"
+                f"'checkpoints' in kernel_info); use the cancelkernel kernel, or keep state in files yourself"
             )
         if name is not None and (not isinstance(name, str) or not name or "/" in name or "\\" in name or ".." in name):
             raise CheckpointError(f"checkpoint name must be a plain non-empty name (no path separators or '..'), not {name!r}")

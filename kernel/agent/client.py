@@ -66,6 +66,7 @@ class AgentKernel:
         extra_arguments: list[str] | None = None,
         env: dict[str, str] | None = None,
         start_timeout: float = 60.0,
+        owner_restart_wait: float = 5.0,
     ):
         # Validate everything first: bad input starts nothing and writes nothing.
         if not isinstance(kernel_name, str) or not kernel_name:
@@ -89,6 +90,7 @@ class AgentKernel:
             extra_arguments=extra_arguments,
             env=env,
             start_timeout=start_timeout,
+            owner_restart_wait=owner_restart_wait,
         )
         self.checkpoints = Checkpoints(self.link)
         self.policy = Policy(
@@ -121,10 +123,15 @@ class AgentKernel:
             self._started = True
         return self
 
-    def close(self) -> None:
-        """Shut down a kernel started here (a connected one keeps running)."""
+    def close(self, *, shutdown: bool | None = None) -> None:
+        """Shut down a kernel started here; a connected one keeps running unless shutdown=True."""
         self._started = False
-        self.link.shutdown()
+        self.link.shutdown(shutdown_connected=bool(shutdown))
+
+    @property
+    def pid(self) -> int | None:
+        """The kernel's process id when known (ours say it; a stock kernel started here has one too)."""
+        return self.link.pid
 
     @property
     def info(self) -> KernelInfo:

@@ -124,6 +124,7 @@ class KernelLink:
         self.km: KernelManager | None = None
         self.kc: BlockingKernelClient | None = None
         self.info = KernelInfo()
+        self.session_id = ""  # the running kernel's session: a "starting" status from another one means a new kernel
         self.restarts = 0
         self._control_replies: dict[str, dict] = {}
         self._spec_dir: str | None = None
@@ -221,6 +222,7 @@ class KernelLink:
                 if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "kernel_info_reply":
                     if self._iopub_connected(kc):
                         self.info = KernelInfo.from_reply(msg["content"])
+                        self.session_id = str(msg["header"].get("session", ""))
                         self.flush()
                         return
                     break
@@ -476,8 +478,34 @@ class KernelLink:
             raise KernelStartError(f"could not start a new {self.kernel_name!r} kernel on {self.connection_file}: {exc}") from exc
         self._adopted = km
 
-    def shutdown(self) -> None:
-        """Stop the channels; shut down (then kill) a kernel started here.  Never raises."""
+    @property
+    def pid(self) -> int | None:
+        if self.info.pid is not None:
+            return self.info.pid
+        km = self._adopted or self.km
+        with contextlib.suppress(Exception):
+            return int(km.provisioner.pid)  # type: ignore[union-attr]
+        return None
+
+    def shutdown(self, *, shutdown_connected: bool = False) -> None:
+        """Stop the channels; shut down (then kill) a kernel started here.  Never raises.
+
+        A connected kernel (and one started here to replace it) keeps running
+        for its other users unless shutdown_connected.
+        """
+        if shutdown_connected and not self.owned and self.kc is not None:
+            with contextlib.suppress(Exception):
+                self.kc.shutdown()
+                deadline = time.monotonic() + 5.0
+                while time.monotonic() < deadline and self._connected_alive():
+                    time.sleep(0.05)
+            adopted = self._adopted
+            if adopted is not None:
+                with contextlib.suppress(Exception):
+                    adopted.shutdown_kernel(now=not adopted.is_alive())
+                if adopted.has_kernel:
+                    with contextlib.suppress(Exception):
+                        adopted.kill_kernel()
         kc, self.kc = self.kc, None
         if kc is not None:
             with contextlib.suppress(Exception):
@@ -496,6 +524,19 @@ class KernelLink:
         if self._spec_dir is not None:
             shutil.rmtree(self._spec_dir, ignore_errors=True)
             self._spec_dir = None
+
+
+    def _connected_alive(self) -> bool:
+        if self._adopted is not None:
+            return bool(self._adopted.is_alive())
+        pid = self.info.pid
+        if pid is None or not self.local:
+            return False
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            return False
+        return True
 
 
 def describe_exit(code: int | None) -> str:

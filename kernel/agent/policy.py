@@ -123,6 +123,7 @@ class _Run:
         self.interrupt: InterruptSent | None = None
         self.kernel_interrupted = False
         self.kernel_interrupt_at: float | None = None
+        self.kernel_interrupt_elapsed: float | None = None  # the kernel's clock, from its interrupt event
         self.kernel_stack: list[dict] | None = None
         self.trip: str | None = None
         self.escalate_at: float | None = None
@@ -184,7 +185,7 @@ class _Run:
             return None
         if msg_type == "status":
             state = msg["content"].get("execution_state")
-            if state == "starting":
+            if state == "starting" and msg["header"].get("session") != self.link.session_id:
                 return "the kernel was restarted by its owner while the cell ran (a new kernel announced itself)"
             if parent == self.msg_id and state == "idle":
                 self.idle = True
@@ -205,6 +206,8 @@ class _Run:
             self.kernel_interrupted = True
             if self.kernel_interrupt_at is None:
                 self.kernel_interrupt_at = self.clock()
+                if isinstance(event.get("elapsed"), (int, float)):
+                    self.kernel_interrupt_elapsed = float(event["elapsed"])
         elif kind == "unresponsive" and self.escalate_at is not None:
             # The kernel says its grace passed with the cell still running: no reason to wait longer.
             self.escalate_at = min(self.escalate_at, self.clock())
@@ -285,8 +288,11 @@ class _Run:
             return res
         if self.interrupt is None:
             self._kernel_reason(meta)
-        latency = (self.reply_at or self.clock()) - (self.interrupt.sent_at if self.interrupt else self.wire.started)
-        if self.interrupt is not None:
+        sent = self.interrupt.sent_at if self.interrupt else (self.kernel_interrupt_at or self.wire.started)
+        latency = (self.reply_at or self.clock()) - sent
+        if self.interrupt is None and self.kernel_interrupt_elapsed is not None and isinstance(meta.get("elapsed"), (int, float)):
+            latency = max(0.0, float(meta["elapsed"]) - self.kernel_interrupt_elapsed)  # both on the kernel's clock
+        if self.interrupt is not None or self.kernel_interrupt_at is not None:
             res.interrupt_latency = round(latency, 4)
         if meta.get("abandoned_thread") and not self.p.accept_abandoned_threads and self._abandoned_alive(meta):
             return self._escalate(

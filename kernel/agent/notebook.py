@@ -1,0 +1,184 @@
+"""Run a notebook's code cells under the policy (what `cancelkernel run` does).
+
+nbformat is needed here only (the optional extra `cancelkernel[notebook]`).
+Outputs come from our own collector (outputs.py) rather than nbclient's
+execution loop, which is the code that hangs when a kernel dies (#88, #319).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import typing as t
+from dataclasses import dataclass, field
+
+from cancelkernel.protocol import KEY
+
+from . import stack as stacks
+from .errors import BadInputError, RunawayCellError
+from .result import CellResult
+
+if t.TYPE_CHECKING:
+    from .client import AgentKernel
+
+REPORT_MIME = "application/vnd.cancelkernel.agent+json"
+_TAG = re.compile(r"^(wall|quiet)[-_]budget[=:](.+)$")
+_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def require_nbformat() -> t.Any:
+    try:
+        import nbformat
+    except ImportError as exc:
+        raise BadInputError(
+            "running notebooks needs nbformat, which is not installed; install it with "
+            "`pip install 'cancelkernel[notebook]'` (or `pip install nbformat`)"
+        ) from exc
+    return nbformat
+
+
+def parse_seconds(text: t.Any, what: str) -> float:
+    """'30', '30s', '1.5m', '2h' -> seconds > 0; BadInputError naming `what` otherwise."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        value = float(text)
+    else:
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(s|m|min|h)?\s*", str(text))
+        if not m:
+            raise BadInputError(f"{what}: {text!r} is not a duration (use seconds like 30, or 30s, 2m, 1h)")
+        value = float(m.group(1)) * _UNITS[m.group(2) or ""]
+    if not value > 0 or value == float("inf"):
+        raise BadInputError(f"{what}: the budget must be a positive number of seconds, not {text!r}")
+    return value
+
+
+def load_notebook(path: str | os.PathLike) -> t.Any:
+    """Read and validate a notebook; BadInputError (nothing started) if it is missing or invalid."""
+    nbformat = require_nbformat()
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise BadInputError(f"notebook {path!r} does not exist")
+    try:
+        nb = nbformat.read(path, as_version=4)
+        nbformat.validate(nb)
+    except Exception as exc:  # nbformat raises ValidationError, JSON errors, NotJSONError...
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise BadInputError(f"notebook {path!r} is not a valid Jupyter notebook (nbformat 4): {first}") from exc
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type == "code":
+            cell_budgets(cell, index)  # bad budgets are reported before any kernel starts
+    return nb
+
+
+def cell_budgets(cell: t.Any, index: int) -> tuple[float | None, float | None]:
+    """(wall, quiet) from metadata.cancelkernel.{wall,quiet}_budget or tags 'wall-budget=30'."""
+    wall = quiet = None
+    meta = (cell.get("metadata") or {}).get(KEY) or {}
+    if not isinstance(meta, dict):
+        raise BadInputError(f"cell {index}: metadata.{KEY} must be an object, not {meta!r}")
+    if meta.get("wall_budget") is not None:
+        wall = parse_seconds(meta["wall_budget"], f"cell {index} metadata {KEY}.wall_budget")
+    if meta.get("quiet_budget") is not None:
+        quiet = parse_seconds(meta["quiet_budget"], f"cell {index} metadata {KEY}.quiet_budget")
+    for tag in (cell.get("metadata") or {}).get("tags") or []:
+        m = _TAG.match(str(tag).strip())
+        if m and m.group(1) == "wall":
+            wall = parse_seconds(m.group(2), f"cell {index} tag {tag!r}")
+        elif m:
+            quiet = parse_seconds(m.group(2), f"cell {index} tag {tag!r}")
+    return wall, quiet
+
+
+@dataclass
+class NotebookRun:
+    """What running a notebook gave: one result per executed code cell."""
+
+    results: list[tuple[int, CellResult]] = field(default_factory=list)
+    stopped_at: int | None = None  # index of the cell after which execution stopped
+
+    def failed(self, *, allow_errors: bool = False) -> list[tuple[int, CellResult]]:
+        bad = []
+        for index, result in self.results:
+            if result.status == "ok" or (allow_errors and result.status == "error"):
+                continue
+            bad.append((index, result))
+        return bad
+
+
+def run_notebook(
+    nb: t.Any,
+    ak: AgentKernel,
+    *,
+    wall_budget: float | str | None = None,
+    quiet_budget: float | None = None,
+    allow_errors: bool = False,
+    progress: t.Callable[[str], None] | None = None,
+) -> NotebookRun:
+    """Execute the code cells in order, writing outputs and reports into `nb` (in place)."""
+    nbformat = require_nbformat()
+    run = NotebookRun()
+    code_cells = [(i, c) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+    for n, (index, cell) in enumerate(code_cells, 1):
+        if not cell.source.strip():
+            continue
+        wall, quiet = cell_budgets(cell, index)
+        cell_id = str(cell.get("id") or f"cell-{index}")
+        try:
+            result = ak.run(
+                cell.source,
+                wall_budget=wall if wall is not None else wall_budget,
+                quiet_budget=quiet if quiet is not None else quiet_budget,
+                cell_id=cell_id,
+            )
+        except RunawayCellError as exc:  # only when a notebook repeats a cell id
+            result = exc.attempts[-1]
+        cell.outputs = [nbformat.from_dict(o) for o in result.outputs]
+        cell.execution_count = result.execution_count
+        if result.status in ("interrupted", "restarted", "died"):
+            cell.outputs.append(nbformat.from_dict(report_output(result)))
+            cell.metadata.setdefault(KEY, {})["agent"] = _cell_meta(result)
+        run.results.append((index, result))
+        if progress is not None:
+            progress(f"[{n}/{len(code_cells)}] cell {index}: {result.summary()}")
+        if result.status != "ok" and not allow_errors:
+            run.stopped_at = index
+            break
+    return run
+
+
+def _cell_meta(result: CellResult) -> dict[str, t.Any]:
+    return {
+        "status": result.status,
+        "elapsed": result.elapsed,
+        "reason": result.reason,
+        "state": result.state,
+        "actions": result.actions,
+        "stopped_at": stacks.stopped_at(result.stack),
+    }
+
+
+def report_text(result: CellResult) -> str:
+    """The intervention report a person reads under the cell."""
+    lines = [f"cancelkernel agent: {result.status} after {result.elapsed:.2f} s"]
+    if result.reason_text:
+        lines.append(f"  why: {result.reason_text}")
+    for action in result.actions:
+        lines.append(f"  {action.get('action')}: {action.get('outcome') or '(no outcome recorded)'}")
+    if result.status in ("restarted", "died"):
+        restored = f"{len(result.restored)} names restored from checkpoint {result.checkpoint!r}" if result.restored else "nothing restored"
+        lines.append(f"  state: {result.state} ({restored}); later cells run in a new kernel")
+    elif result.status == "interrupted":
+        lines.append("  state: suspect (the cell stopped part-way; its variables may be half-updated)")
+    elif result.status == "error":
+        lines.append(f"  error: {result.error_name}: {result.error_value}")
+    if result.stack:
+        lines.append("  where it was:")
+        lines.append(stacks.format_stack(result.stack))
+    return "\n".join(lines) + "\n"
+
+
+def report_output(result: CellResult) -> dict[str, t.Any]:
+    return {
+        "output_type": "display_data",
+        "data": {"text/plain": report_text(result), REPORT_MIME: _cell_meta(result)},
+        "metadata": {},
+    }
