@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 _UNITS = {"": 1.0, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
-_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-z]*)\s*$")
+_DURATION = re.compile(r"^\s*([-+]?(?:[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?|inf|nan))\s*([a-z]*)\s*$")
 DIRECTIVES = ("budget", "timeout")
 CHECKPOINT_WHEN = ("before",)
 

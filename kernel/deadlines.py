@@ -19,7 +19,7 @@ import math
 import sys
 import threading
 import time
-from typing import Protocol
+from typing import Callable, Protocol
 
 __all__ = ["DeadlineExceeded", "CancelScope", "fail_after", "fail_at", "move_on_after", "move_on_at"]
 
@@ -38,6 +38,9 @@ class _Runtime(Protocol):
 
 # Set by the kernel at start-up; None in a plain Python process.
 runtime: _Runtime | None = None
+
+# Set by the kernel: "Cell In[3]" for a cell's file name, so messages read like tracebacks.
+cell_label: Callable[[str], str | None] = lambda filename: None
 
 _ids = itertools.count(1)
 
@@ -73,7 +76,8 @@ class CancelScope:
                 "run this cell in a 'Python 3 (cancelkernel)' kernel"
             )
         caller = sys._getframe(1)
-        self.where = f"{caller.f_code.co_filename}:{caller.f_lineno}"
+        label = cell_label(caller.f_code.co_filename)
+        self.where = f"{label}, line {caller.f_lineno}" if label else f"{caller.f_code.co_filename}:{caller.f_lineno}"
         self.started = time.monotonic()
         self.thread_id = threading.get_ident()
         self.active = True

@@ -96,11 +96,18 @@ class CancelKernel(IPythonKernel):
         self.executor = make_executor(self.exec_thread, self.core)
         assert self.shell is not None
         self.shell.executor = self.executor
-        self.shell.input_transformers_cleanup.insert(0, budgets.strip_directive)
+        # After IPython drops leading blank lines, so the blank we leave keeps line numbers as typed.
+        cleanup = self.shell.input_transformers_cleanup
+        cleanup.insert(1 if cleanup and getattr(cleanup[0], "__name__", "") == "leading_empty_lines" else 0, budgets.strip_directive)
         self.watchdog = Watchdog(
-            self.core, grace=self.interrupt_grace, on_trip=self._on_trip, on_unresponsive=self._on_unresponsive
+            self.core,
+            grace=self.interrupt_grace,
+            on_trip=self._on_trip,
+            on_unresponsive=self._on_unresponsive,
+            on_alive=self._push_dump_deadline,
         )
         deadlines.runtime = self.watchdog
+        deadlines.cell_label = self.shell.cell_label
         iostream.output_listeners.append(self.watchdog.output_seen)
         self.dumps = DumpFile(self._dump_path())
         self._shutting_down = False
@@ -235,6 +242,10 @@ class CancelKernel(IPythonKernel):
         else:
             self._publish_event(execution, events.unresponsive(execution, frames, self.interrupt_grace))
 
+    def _push_dump_deadline(self, seconds_to_trip: float) -> None:
+        """The watchdog still runs, so the GIL is free: move the GIL-proof dump later."""
+        self.dumps.arm(seconds_to_trip + self.interrupt_grace)
+
     def _exec_stack(self) -> list[stacks.Frame]:
         assert self.executor is not None and self.shell is not None
         thread_id = self.executor.exec_thread_id
@@ -301,6 +312,7 @@ class CancelKernel(IPythonKernel):
                 self.watchdog.disarm(timeout)
             self.dumps.disarm()
             dumped = self.dumps.read()
+            self.dumps.clear()
             self.watchdog.unwatch(execution)
             self.core.end(execution)
         report = shell.interrupt_report if shell.interrupt_report and shell.interrupt_report["execution"] == msg_id else None
@@ -308,7 +320,9 @@ class CancelKernel(IPythonKernel):
             reply["ename"] = report["ename"]
             reply["evalue"] = report["evalue"]
         metadata = _reply_metadata(execution, reply, report, self.exec_thread)
-        if dumped:
+        if reply.get("ename") == "DeadlineExceeded" and not metadata["interrupted"]:
+            metadata.update(interrupted=True, reason="deadline")
+        if dumped and (execution.cancelled or watched.tripped or watched.unresponsive):
             self._attach_dump(execution, dumped, metadata)
         metadata["budgets"] = {"wall_budget": watched.wall_budget, "quiet_budget": watched.quiet_budget, "timeout": directives.timeout}
         if watched.tripped:

@@ -22,6 +22,9 @@ log = logging.getLogger("cancelkernel")
 # How often the watchdog looks while a cell runs: budgets are checked to this precision.
 TICK = 0.02
 
+# How often a live watchdog pushes faulthandler's dump deadline forward (a dead man's switch).
+ALIVE_EVERY = 0.5
+
 
 @dataclass
 class Watched:
@@ -33,6 +36,16 @@ class Watched:
     last_output: float = field(default_factory=time.monotonic)
     tripped: str | None = None  # the budget that tripped, once
     unresponsive: bool = False
+    alive_at: float = field(default_factory=time.monotonic)  # when the watchdog last pushed the dump deadline
+
+    def seconds_to_trip(self, now: float) -> float | None:
+        """Time left before a budget trips, if any budget is set."""
+        left = []
+        if self.wall_budget:
+            left.append(self.execution.started + self.wall_budget - now)
+        if self.quiet_budget:
+            left.append(self.last_output + self.quiet_budget - now)
+        return max(0.0, min(left)) if left else None
 
     def seconds_since_output(self) -> float:
         return time.monotonic() - self.last_output
@@ -48,8 +61,10 @@ class Watchdog:
         grace: float,
         on_trip: Callable[[Watched, str], None],
         on_unresponsive: Callable[[Watched], None],
+        on_alive: Callable[[float], None] | None = None,
     ):
         self.core = core
+        self._on_alive = on_alive
         self.grace = grace
         self._on_trip = on_trip
         self._on_unresponsive = on_unresponsive
@@ -142,6 +157,11 @@ class Watchdog:
             return
         if execution.escalate_at is not None and now >= execution.escalate_at:
             self.core.escalate(execution)
+        if self._on_alive is not None and not execution.cancelled and now - watched.alive_at >= ALIVE_EVERY:
+            left = watched.seconds_to_trip(now)
+            if left is not None:
+                watched.alive_at = now
+                self._on_alive(left)
         if watched.tripped is None and not execution.cancelled:
             if watched.wall_budget and now - execution.started > watched.wall_budget:
                 watched.tripped = "wall_budget"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import sys
 import tempfile
 import time
@@ -119,7 +120,10 @@ def control_request(kc: BlockingKernelClient, msg_type: str, content: dict | Non
         left = deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError(f"no reply to {msg_type} within {timeout} s")
-        reply = kc.control_channel.get_msg(timeout=left)
+        try:
+            reply = kc.control_channel.get_msg(timeout=left)
+        except queue.Empty:
+            raise TimeoutError(f"no reply to {msg_type} within {timeout} s") from None
         if reply["parent_header"].get("msg_id") == msg["header"]["msg_id"]:
             return reply
 
