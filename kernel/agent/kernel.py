@@ -471,6 +471,7 @@ class KernelLink:
             )
         km = KernelManager(kernel_name=self.kernel_name, connection_file=self.connection_file, kernel_spec_manager=self._spec_manager())
         km.load_connection_file()
+        km.cache_ports = False  # keep the connection file's ports: our client (and the kernel's other users) use them
         km.shutdown_wait_time = 2.0
         try:
             km.start_kernel(extra_arguments=self.extra_arguments)

@@ -1,0 +1,55 @@
+"""Helpers for the agent client tests: an AgentKernel that is always closed, and no process left behind."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+import typing as t
+from collections.abc import Iterator
+
+from cancelkernel.agent import AgentKernel
+
+# Shorter grace than the default 1 s keeps the restart paths quick; behaviour is the same.
+GRACE = 0.5
+
+
+def kernel_args(name: str) -> list[str]:
+    return [f"--CancelKernel.interrupt_grace={GRACE}"] if name.startswith("cancelkernel") else []
+
+
+def process_gone(pid: int | None, timeout: float = 10.0) -> bool:
+    if pid is None:
+        return True
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        # A zombie child of this process counts as gone once reaped; reap it if it is ours.
+        with contextlib.suppress(ChildProcessError, OSError):
+            done, _ = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return True
+        time.sleep(0.05)
+    return False
+
+
+@contextlib.contextmanager
+def agent(name: str = "cancelkernel", **kwargs: t.Any) -> Iterator[AgentKernel]:
+    """A started AgentKernel, closed even on failure; asserts its kernel process is gone afterwards."""
+    kwargs.setdefault("extra_arguments", kernel_args(name))
+    if not name.startswith("cancelkernel"):
+        kwargs.setdefault("interrupt_grace", GRACE)
+    ak = AgentKernel(name, **kwargs)
+    pids: list[int | None] = []
+    try:
+        ak.start()
+        yield ak
+    finally:
+        pids.append(ak.pid)
+        ak.close()
+    assert all(process_gone(pid) for pid in pids), f"kernel process {pids} left behind"
