@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from agent_helpers import agent, kernel_args
+from test_agent_helpers import agent, kernel_args
 from cancelkernel.agent import read_log
 
 pytestmark = pytest.mark.timeout(120)

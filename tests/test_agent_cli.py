@@ -9,7 +9,7 @@ from typing import Any
 import nbformat
 import pytest
 
-from agent_helpers import GRACE, kernel_args, process_gone
+from test_agent_helpers import GRACE, kernel_args, process_gone
 from cancelkernel.agent import AgentKernel, read_log
 from cancelkernel.agent.cli import exec_main, run_main
 from conftest import running_kernel

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from agent_helpers import agent
+from test_agent_helpers import agent
 from cancelkernel.agent import CheckpointError, RunawayCellError, read_log
 
 pytestmark = pytest.mark.timeout(120)

@@ -1,4 +1,4 @@
-"""Helpers for the agent client tests: an AgentKernel that is always closed, and no process left behind."""
+"""Helpers for the agent client tests (no tests here): an AgentKernel that is always closed, no process left behind."""
 
 from __future__ import annotations
 
