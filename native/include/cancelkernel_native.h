@@ -45,10 +45,31 @@ static const int cancelkernel__never = 0;
 static const int *cancelkernel__flag = &cancelkernel__never;
 static const cancelkernel_c_api *cancelkernel__api = NULL;
 
-/* Call once at module init with the GIL held; 0 on success, -1 with an exception set. */
+/* Turn whatever PyCapsule_Import raised into an ImportError (with it as the cause). */
+static inline void cancelkernel__raise_import_error(void) {
+    PyObject *type, *cause, *tb, *value;
+    PyErr_Fetch(&type, &cause, &tb);
+    PyErr_NormalizeException(&type, &cause, &tb);
+    if (cause != NULL && tb != NULL) PyException_SetTraceback(cause, tb);
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+    PyErr_SetString(PyExc_ImportError,
+                    "the compiled cancellation flag (cancelkernel.native._flag) cannot be imported; "
+                    "reinstall cancelkernel with a C compiler");
+    if (cause == NULL) return;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    PyException_SetCause(value, cause);  /* steals cause */
+    PyErr_Restore(type, value, tb);
+}
+
+/* Call once at module init with the GIL held; 0 on success, -1 with ImportError set. */
 static inline int cancelkernel_import(void) {
     const cancelkernel_c_api *api = (const cancelkernel_c_api *)PyCapsule_Import(CANCELKERNEL_CAPSULE_NAME, 0);
-    if (api == NULL) return -1;
+    if (api == NULL) {
+        cancelkernel__raise_import_error();
+        return -1;
+    }
     if (api->version < CANCELKERNEL_C_API_VERSION || api->size < sizeof(cancelkernel_c_api)) {
         PyErr_Format(PyExc_ImportError, "cancelkernel C API version %u is older than this header's %d",
                      api->version, CANCELKERNEL_C_API_VERSION);
