@@ -92,11 +92,12 @@ def sample(ak: AgentKernel, case: Case, budget: float, state_mb: int) -> dict[st
         "expected": case.expect,
         "trip_to_result": round(done - trip, 4),
         "interrupt_latency": result.interrupt_latency,
-        "restart_took": next((a.get("took") for a in result.actions if a.get("action") == "restart"), None),
+        "restart_took": next((a.get("restart_took") for a in result.actions if a.get("action") == "restart"), None),
+        "restore_took": next((a.get("restore_took") for a in result.actions if a.get("action") == "restart"), None),
         "restored": len(result.restored),
         "state_back": check.text.strip() == str(state_mb),
         "checkpoint_save": round(saved, 4) if saved is not None else None,
-        "stopped_at": result.stack[-1]["lineno"] if result.stack else None,
+        "stopped_at": f"{result.stack[-1]['label']}:{result.stack[-1]['lineno']}" if result.stack else None,
     }
 
 

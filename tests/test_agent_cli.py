@@ -93,10 +93,14 @@ def test_connect_to_a_running_kernel_and_restart_it(tmp_path: Any) -> None:
             assert ak.run("y = 3\ny").text == "3\n"
             r = ak.run("while True:\n    pass", wall_budget=0.5)
             assert r.status == "interrupted"
+            # The kernel's process is a child of this test process: a zombie after os._exit, still "dead".
+            died = ak.run("import os\nos._exit(1)", wall_budget=10)
+            assert died.status == "died", died.summary()
+            adopted_pid = ak.pid
+            assert adopted_pid != km.provisioner.pid  # type: ignore[union-attr]
             wedged = ak.run("sum(range(10**12))", wall_budget=0.5)
             assert wedged.status == "restarted", wedged.summary()
             adopted_pid = ak.pid
-            assert adopted_pid != km.provisioner.pid  # type: ignore[union-attr]
             assert ak.run("print('back')").text == "back\n"
         finally:
             ak.close(shutdown=True)

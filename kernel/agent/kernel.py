@@ -31,6 +31,8 @@ from .errors import BadInputError, KernelStartError
 # How long an interrupt_request may go unanswered before the kernel counts as
 # wedged (GIL held) and a local kernel gets SIGINT instead.
 CONTROL_ANSWER = 0.2
+# Seconds of continuous heartbeat silence before a connected (non-local) kernel counts as dead.
+HEARTBEAT_DEAD = 3.0
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0", ""}
 
 
@@ -129,6 +131,8 @@ class KernelLink:
         self._control_replies: dict[str, dict] = {}
         self._spec_dir: str | None = None
         self._adopted: KernelManager | None = None
+        self._hb_silent_since: float | None = None
+        self._verified_pid: int | None = None
 
     # -- start / connect --
 
@@ -223,6 +227,7 @@ class KernelLink:
                     if self._iopub_connected(kc):
                         self.info = KernelInfo.from_reply(msg["content"])
                         self.session_id = str(msg["header"].get("session", ""))
+                        self._verify_pid()
                         self.flush()
                         return
                     break
@@ -255,7 +260,16 @@ class KernelLink:
             return False
         if for_start:
             return True
-        return bool(kc.hb_channel.is_beating())
+        if self._verified_pid is not None:
+            return process_running(self._verified_pid)  # authoritative on this host, no heartbeat delay
+        if kc.hb_channel.is_beating():
+            self._hb_silent_since = None
+            return True
+        # A missed heartbeat on a loaded machine is not a death: only a longer silence is.
+        now = time.monotonic()
+        if self._hb_silent_since is None:
+            self._hb_silent_since = now
+        return now - self._hb_silent_since < HEARTBEAT_DEAD
 
     def exit_code(self) -> int | None:
         km = self._adopted or self.km
@@ -270,17 +284,29 @@ class KernelLink:
 
     @property
     def local(self) -> bool:
-        """Can this client signal the kernel process (started here, or its pid is on this host)?"""
+        """Can this client signal the kernel process (started here, or its pid verified on this host)?"""
         if self.owned or self._adopted is not None:
             return True
+        return self._verified_pid is not None and process_running(self._verified_pid)
+
+    def _verify_pid(self) -> None:
+        """Trust a connected kernel's advertised pid only if that process on this host runs our connection file.
+
+        (A kernel in a container may forward its ports to localhost: its pid means nothing here.)
+        """
+        self._verified_pid = None
         pid = self.info.pid
-        if pid is None or str(self._connection.get("ip", "")) not in LOCAL_HOSTS:
-            return False
+        if self.owned or pid is None or str(self._connection.get("ip", "")) not in LOCAL_HOSTS or not self.connection_file:
+            return
+        if not process_running(pid):
+            return
         try:
-            os.kill(pid, 0)
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read().decode(errors="replace")
         except OSError:
-            return False
-        return True
+            return
+        if os.path.basename(self.connection_file) in cmdline:
+            self._verified_pid = pid
 
     def signal(self, signum: int) -> bool:
         """Send a signal to the kernel process; False if it cannot be reached."""
@@ -448,9 +474,18 @@ class KernelLink:
     def _restart_connected(self) -> None:
         """Kill a local kernel we do not own, then wait for its owner to restart it, else start it here."""
         old_pid = self.info.pid
-        if old_pid is not None and self.local:
+        if self.local and self._verified_pid is not None:
             with contextlib.suppress(OSError):
-                os.kill(old_pid, signal.SIGKILL)
+                os.kill(self._verified_pid, signal.SIGKILL)
+            deadline = time.monotonic() + 5.0
+            while process_running(self._verified_pid) and time.monotonic() < deadline:
+                time.sleep(0.02)
+        elif self.is_alive():
+            raise KernelStartError(
+                f"the kernel at {self.connection_file} does not respond and this client cannot stop it "
+                f"(it is not a process on this host, or it did not say its pid); restart it from its owner "
+                f"(e.g. the Jupyter server's restart button or REST API) and connect again"
+            )
         deadline = time.monotonic() + self.owner_restart_wait
         kc = self._client()
         while time.monotonic() < deadline:
@@ -530,14 +565,20 @@ class KernelLink:
     def _connected_alive(self) -> bool:
         if self._adopted is not None:
             return bool(self._adopted.is_alive())
-        pid = self.info.pid
-        if pid is None or not self.local:
-            return False
-        try:
-            os.kill(pid, 0)
-        except OSError:
-            return False
-        return True
+        return self.local
+
+
+def process_running(pid: int) -> bool:
+    """The process exists and is not a zombie (a dead child nobody reaped yet)."""
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return True  # no /proc (macOS): trust kill(0)
 
 
 def describe_exit(code: int | None) -> str:

@@ -388,6 +388,7 @@ class _Run:
         res = self.res
         started = self.clock()
         self.link.restart()
+        restarted = self.clock()
         restored = self.p.restore()
         res.status = status
         res.state = restored.state
@@ -408,6 +409,8 @@ class _Run:
                 "at": round(started - self.wire.started, 4),
                 "outcome": outcome,
                 "took": round(self.clock() - started, 4),
+                "restart_took": round(restarted - started, 4),
+                "restore_took": round(self.clock() - restarted, 4),
             }
         )
         res.kernel["pid"] = self.link.info.pid
