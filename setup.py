@@ -13,6 +13,30 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 INCLUDE = os.path.join("native", "include")
 
 
+def pxd_tree() -> str:
+    """build/cython-include/cancelkernel/native/: the package's .pxd files under their dotted name.
+
+    Cython finds a module's own .pxd by matching its dotted name against
+    directories, and `cancelkernel.native` lives in native/, so without this
+    tree it would silently build _flag without its .pxd (and export nothing).
+    """
+    root = os.path.join("build", "cython-include")
+    target = os.path.join(root, "cancelkernel", "native")
+    os.makedirs(target, exist_ok=True)
+    for name in ("__init__.pxd", "_flag.pxd"):
+        content = _read(os.path.join("native", name))
+        copy = os.path.join(target, name)
+        if not os.path.exists(copy) or _read(copy) != content:  # unchanged mtimes spare a re-cythonize
+            with open(copy, "wb") as f:
+                f.write(content)
+    return root
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
 def native_extensions() -> list:
     try:
         from Cython.Build import cythonize
@@ -27,9 +51,7 @@ def native_extensions() -> list:
     try:
         extensions = cythonize(
             [flag],
-            # The .pxd files are found by dotted name: native/include/cancelkernel/native/
-            # mirrors the package (links to native/*.pxd), which native/ alone does not.
-            include_path=[INCLUDE],
+            include_path=[pxd_tree()],
             # Compiler output stays in build/, out of the package directory.
             build_dir=os.path.join("build", "cython"),
             compiler_directives={"language_level": 3},

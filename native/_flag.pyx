@@ -140,6 +140,14 @@ cdef extern from *:
         errno = saved_errno;
     }
 
+    /* CPython makes the forking thread the child's main thread; follow it, or a
+       fork from a worker thread would forward SIGINT to a thread that does not exist. */
+    static void ck_after_fork_child(void) {
+        ck_main_thread = pthread_self();
+        __atomic_store_n(&ck_forwarded, 0, __ATOMIC_RELAXED);
+    }
+    static int ck_atfork_registered;
+
     static int ck_action_is_ours(const struct sigaction *a) {
         return (a->sa_flags & SA_SIGINFO) && a->sa_sigaction == ck_sigint_handler;
     }
@@ -157,6 +165,8 @@ cdef extern from *:
         /* CPython's thread ident is the pthread_t (what signal.pthread_kill relies on too). */
         ck_main_thread = (pthread_t)main_thread_ident;
         ck_have_main_thread = 1;
+        if (!ck_atfork_registered && pthread_atfork(NULL, NULL, ck_after_fork_child) == 0)
+            ck_atfork_registered = 1;
         if (sigaction(SIGINT, NULL, &cur) != 0) return -1;
         if (ck_action_is_ours(&cur)) return 0;
         int next = 1 - __atomic_load_n(&ck_prev_index, __ATOMIC_ACQUIRE);

@@ -402,6 +402,33 @@ def test_sigint_on_another_thread_is_forwarded_to_the_main_thread():
     assert out.strip() == "OK"
 
 
+def test_fork_from_a_worker_thread_keeps_sigint_working_in_the_child():
+    # In the child the forking thread is the main thread (as CPython sees it): SIGINT must act there.
+    out = run_python(prelude=_PRELUDE, code="""
+        import warnings
+        warnings.simplefilter("ignore", DeprecationWarning)   # 3.12+: fork with threads
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        f.install_sigint_handler()
+        f.begin(7)
+        result = []
+        def fork():
+            pid = os.fork()
+            if pid == 0:
+                threading.Timer(0.2, os.kill, args=(os.getpid(), signal.SIGINT)).start()
+                try:
+                    time.sleep(20)
+                    os._exit(3)
+                except KeyboardInterrupt:
+                    os._exit(0 if f.cancel_requested() and f.take_sigint_arrival() == 7 else 4)
+            result.append(os.waitpid(pid, 0)[1])
+        thread = threading.Thread(target=fork)
+        thread.start()
+        thread.join()
+        print(os.waitstatus_to_exitcode(result[0]))
+    """)
+    assert out.strip() == "0"
+
+
 def test_chains_to_sig_ign():
     out = run_python(prelude=_PRELUDE, code="""
         signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -201,3 +201,20 @@ def test_a_stale_targeted_interrupt_does_not_set_the_flag(mode, example_dir):
         assert reply["content"]["status"] == "ok", reply["content"]
         status = control_request(kc, "cancel_status_request")["content"]
         assert status["native_flag"] is True
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_kernel_works_with_the_fallback_flag(mode):
+    # CANCELKERNEL_NATIVE=0: the pure-Python flag; Python cancel points still work.
+    with running_kernel(mode, env={"CANCELKERNEL_NATIVE": "0"}) as (km, kc):
+        reply = kc.kernel_info(reply=True, timeout=REPLY_TIMEOUT)
+        assert reply["content"]["cancelkernel"]["native_flag"] is False
+        reply = execute(kc, "import cancelkernel, cancelkernel.native as native\nx = 41\nassert not native.available")
+        assert reply["content"]["status"] == "ok", reply["content"]
+        for code in ("cancelkernel.cancellable_sleep(3600)",
+                     "while True:\n    try:\n        cancelkernel.raise_if_cancelled()\n    except ValueError:\n        pass"):
+            msg_id = start(kc, code)
+            assert interrupt(kc)["interrupted"] is True
+            assert_interrupted(wait_reply(kc, msg_id))
+        reply = execute(kc, "assert x == 41 and not cancelkernel.cancel_requested()")
+        assert reply["content"]["status"] == "ok", reply["content"]
