@@ -245,7 +245,7 @@ class AgentKernel:
         if self.link.is_alive():
             return None
         why = "the kernel process was found dead before the cell started" + _exit_text(self.link)
-        self.link.restart()
+        self.link.restart(dead=True)
         restored = self._restore_after_restart()
         action = {"action": "restart", "why": "died", "why_text": why, "via": "restart", "at": 0.0,
                   "outcome": f"new kernel running; state {restored.state}", "restored": restored.names}

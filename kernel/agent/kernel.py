@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 import time
@@ -358,7 +357,7 @@ class KernelLink:
                         break
                     msg = ch._recv()
                     if name == "control":
-                        self._control_replies[msg["parent_header"].get("msg_id", "")] = msg
+                        self._keep_control(msg)
                     out.append((name, msg))
         return out
 
@@ -376,6 +375,12 @@ class KernelLink:
         kc.control_channel.send(msg)
         return self.wait_control(str(msg["header"]["msg_id"]), timeout)
 
+    def _keep_control(self, msg: dict) -> None:
+        # Late replies (an interrupt_reply after its wait ended) are kept for a while, never without bound.
+        if len(self._control_replies) > 100:
+            self._control_replies.pop(next(iter(self._control_replies)))
+        self._control_replies[msg["parent_header"].get("msg_id", "")] = msg
+
     def wait_control(self, msg_id: str, timeout: float) -> dict | None:
         kc = self._client()
         deadline = time.monotonic() + timeout
@@ -385,8 +390,7 @@ class KernelLink:
                 if msg_id not in self._control_replies:
                     return None
                 break
-            msg = kc.control_channel._recv()
-            self._control_replies[msg["parent_header"].get("msg_id", "")] = msg
+            self._keep_control(kc.control_channel._recv())
         return self._control_replies.pop(msg_id)
 
     def shell_request(self, msg_type: str, content: dict, *, timeout: float, reply_type: str) -> dict | None:
@@ -457,8 +461,11 @@ class KernelLink:
 
     # -- restart / shutdown --
 
-    def restart(self) -> None:
-        """A fresh kernel on the same connection (same ports and connection file, so checkpoints are found)."""
+    def restart(self, *, dead: bool = False) -> None:
+        """A fresh kernel on the same connection (same ports and connection file, so checkpoints are found).
+
+        dead: the kernel already died (or its owner replaced it): nothing to stop first.
+        """
         self.restarts += 1
         km = self._adopted or self.km
         if km is not None:
@@ -467,14 +474,16 @@ class KernelLink:
             except Exception as exc:
                 raise KernelStartError(f"could not restart kernel {self.kernel_name!r}: {exc}") from exc
         else:
-            self._restart_connected()
+            self._restart_connected(dead)
         self.flush()
         self.wait_ready(self.start_timeout)
 
-    def _restart_connected(self) -> None:
+    def _restart_connected(self, dead: bool) -> None:
         """Kill a local kernel we do not own, then wait for its owner to restart it, else start it here."""
         old_pid = self.info.pid
-        if self.local and self._verified_pid is not None:
+        if dead:
+            pass
+        elif self.local and self._verified_pid is not None:
             with contextlib.suppress(OSError):
                 os.kill(self._verified_pid, signal.SIGKILL)
             deadline = time.monotonic() + 5.0
@@ -597,7 +606,3 @@ def describe_exit(code: int | None) -> str:
         }.get(name, "")
         return f" (killed by {name}{hint})"
     return f" (exit code {code})"
-
-
-def hostname() -> str:
-    return socket.gethostname()

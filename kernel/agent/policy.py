@@ -381,13 +381,13 @@ class _Run:
             res.actions[-1]["outcome"] = "the kernel died before the cell stopped"
         res.reason, res.reason_text = "died", why
         self._finish_outputs()
-        self._restart_and_restore("died", "died", why)
+        self._restart_and_restore("died", "died", why, dead=True)
         return res
 
-    def _restart_and_restore(self, status: str, why: str, why_text: str) -> None:
+    def _restart_and_restore(self, status: str, why: str, why_text: str, *, dead: bool = False) -> None:
         res = self.res
         started = self.clock()
-        self.link.restart()
+        self.link.restart(dead=dead)
         restarted = self.clock()
         restored = self.p.restore()
         res.status = status
