@@ -105,3 +105,49 @@ def test_connect_to_a_running_kernel_and_restart_it(tmp_path: Any) -> None:
         finally:
             ak.close(shutdown=True)
         assert process_gone(adopted_pid)
+
+
+OWNER = r'''
+import signal, sys, time
+from jupyter_client.ioloop import IOLoopKernelManager
+from tornado.ioloop import IOLoop
+
+km = IOLoopKernelManager(kernel_name=sys.argv[1], autorestart=True)
+km.start_kernel(extra_arguments=sys.argv[2:])
+km.start_restarter()
+print(km.connection_file, flush=True)
+loop = IOLoop.current()
+
+def stop(*_):
+    km.stop_restarter()
+    km.shutdown_kernel(now=True)
+    loop.add_callback_from_signal(loop.stop)
+
+signal.signal(signal.SIGTERM, stop)
+loop.start()
+'''
+
+
+def test_kernel_auto_restarted_by_its_owner_returns_died(tmp_path: Any) -> None:
+    """nbclient #319: the owner's restarter replaces a dead kernel while a cell waits; the client must return."""
+    import subprocess
+    import sys
+
+    script = os.path.join(str(tmp_path), "owner.py")
+    with open(script, "w") as f:
+        f.write(OWNER)
+    owner = subprocess.Popen([sys.executable, script, "cancelkernel", *kernel_args("cancelkernel")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert owner.stdout is not None
+        connection_file = owner.stdout.readline().strip()
+        with AgentKernel(connection_file=connection_file, owner_restart_wait=15.0) as ak:
+            first_pid = ak.pid
+            ak.run("x = 1")
+            r = ak.run("import os\nos._exit(1)", wall_budget=30)
+            assert r.status == "died", r.summary()
+            assert ak.pid != first_pid  # the owner's new kernel, not one started here
+            assert ak.link._adopted is None
+            assert ak.run("print('owner restarted me')").text == "owner restarted me\n"
+    finally:
+        owner.terminate()
+        owner.wait(timeout=30)

@@ -497,16 +497,20 @@ class KernelLink:
             )
         deadline = time.monotonic() + self.owner_restart_wait
         kc = self._client()
+        asked: set[str] = set()  # requests queued while no kernel listened are all answered by the next one
         while time.monotonic() < deadline:
-            msg_id = kc.kernel_info()
-            try:
-                msg = kc.shell_channel.get_msg(timeout=0.5)
-            except Exception:
-                continue
-            if msg["parent_header"].get("msg_id") == msg_id and (msg["content"].get(protocol.KEY) or {}).get("pid") != old_pid:
-                return  # the owner (e.g. a Jupyter server's restarter) brought it back
-            if msg["parent_header"].get("msg_id") == msg_id and old_pid is None and self.is_alive():
-                return
+            asked.add(kc.kernel_info())
+            until = time.monotonic() + 0.5
+            while time.monotonic() < until:
+                try:
+                    msg = kc.shell_channel.get_msg(timeout=0.1)
+                except Exception:
+                    continue
+                if msg["parent_header"].get("msg_id") not in asked or msg["msg_type"] != "kernel_info_reply":
+                    continue
+                pid = (msg["content"].get(protocol.KEY) or {}).get("pid")
+                if old_pid is None or pid != old_pid:
+                    return  # the owner (e.g. a Jupyter server's restarter) brought it back
         if not self.kernel_name or str(self._connection.get("ip", "")) not in LOCAL_HOSTS:
             raise KernelStartError(
                 f"the kernel at {self.connection_file} was stopped and nobody restarted it within "
