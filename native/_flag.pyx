@@ -140,13 +140,27 @@ cdef extern from *:
         errno = saved_errno;
     }
 
+    static unsigned long ck_main_ident;  /* the same thread as CPython's thread ident */
+
     /* CPython makes the forking thread the child's main thread; follow it, or a
        fork from a worker thread would forward SIGINT to a thread that does not exist. */
     static void ck_after_fork_child(void) {
         ck_main_thread = pthread_self();
+        ck_main_ident = PyThread_get_thread_ident();
         __atomic_store_n(&ck_forwarded, 0, __ATOMIC_RELAXED);
     }
-    static int ck_atfork_registered;
+
+    static void ck_set_main_thread(unsigned long main_thread_ident) {
+        static int atfork_registered;
+        /* CPython's thread ident is the pthread_t (what signal.pthread_kill relies on too). */
+        ck_main_thread = (pthread_t)main_thread_ident;
+        ck_main_ident = main_thread_ident;
+        ck_have_main_thread = 1;
+        if (!atfork_registered && pthread_atfork(NULL, NULL, ck_after_fork_child) == 0)
+            atfork_registered = 1;
+    }
+
+    static int ck_on_main_thread(void) { return PyThread_get_thread_ident() == ck_main_ident; }
 
     static int ck_action_is_ours(const struct sigaction *a) {
         return (a->sa_flags & SA_SIGINFO) && a->sa_sigaction == ck_sigint_handler;
@@ -159,14 +173,9 @@ cdef extern from *:
     }
 
     /* 0: already ours, 1: installed in front of the current action, -1: errno set. */
-    static int ck_install_handler(ck_state_t *state, unsigned long main_thread_ident) {
+    static int ck_install_handler(ck_state_t *state) {
         struct sigaction cur, act;
         ck_sig_state = state;
-        /* CPython's thread ident is the pthread_t (what signal.pthread_kill relies on too). */
-        ck_main_thread = (pthread_t)main_thread_ident;
-        ck_have_main_thread = 1;
-        if (!ck_atfork_registered && pthread_atfork(NULL, NULL, ck_after_fork_child) == 0)
-            ck_atfork_registered = 1;
         if (sigaction(SIGINT, NULL, &cur) != 0) return -1;
         if (ck_action_is_ours(&cur)) return 0;
         int next = 1 - __atomic_load_n(&ck_prev_index, __ATOMIC_ACQUIRE);
@@ -198,8 +207,10 @@ cdef extern from *:
         return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
     }
 
-    /* Sleep in slices of at most 1 ms.  0: deadline reached, 1: cancelled, 2: a signal arrived. */
-    static int ck_sleep_until(ck_state_t *s, double deadline) {
+    /* Sleep in slices of at most 1 ms.  0: deadline reached, 1: cancelled,
+       2: a signal arrived or, if poll_signals, 20 slices passed (run Python's handlers). */
+    static int ck_sleep_until(ck_state_t *s, double deadline, int poll_signals) {
+        int slices = 0;
         for (;;) {
             if (ck_load_cancelled(s)) return 1;
             double left = deadline - ck_monotonic();
@@ -209,6 +220,8 @@ cdef extern from *:
             ts.tv_sec = 0;
             ts.tv_nsec = (long)(left * 1e9);
             if (nanosleep(&ts, NULL) != 0 && errno == EINTR) return 2;
+            /* A SIGINT that landed on another thread only trips Python's flag: look now and then. */
+            if (poll_signals && ++slices >= 20) return 2;
         }
     }
     """
@@ -218,12 +231,14 @@ cdef extern from *:
     int ck_cancel(ck_state_t *s, uint32_t gen) noexcept nogil
     int *ck_cancelled_ptr(ck_state_t *s) noexcept nogil
     int ck_handler_installed() noexcept nogil
-    int ck_install_handler(ck_state_t *state, unsigned long main_thread_ident) noexcept nogil
+    int ck_install_handler(ck_state_t *state) noexcept nogil
+    void ck_set_main_thread(unsigned long main_thread_ident) noexcept nogil
+    int ck_on_main_thread() noexcept nogil
     void ck_expect(uint32_t gen) noexcept nogil
     void ck_unexpect(uint32_t gen) noexcept nogil
     uint32_t ck_take_arrival() noexcept nogil
     double ck_monotonic() noexcept nogil
-    int ck_sleep_until(ck_state_t *s, double deadline) noexcept nogil
+    int ck_sleep_until(ck_state_t *s, double deadline, int poll_signals) noexcept nogil
 
 cdef extern from "cancelkernel_native.h":
     # The C API handed to plain C extensions through the _C_API capsule.
@@ -256,6 +271,9 @@ cdef unsigned long _window_tid = 0
 
 cdef ck_c_api_t _c_api
 
+# The main thread: where SIGINT is forwarded, and where cancellable_sleep runs Python's handlers.
+ck_set_main_thread(_threading.main_thread().ident)
+
 
 cdef inline uint32_t _gen32(object gen) except? 0:
     # Gens live in 32 bits beside the flag; 2**32 cells later one wraps, skipping 0 (= idle).
@@ -277,25 +295,26 @@ cdef int ck_raise_cancelled() except -1 nogil:
 
 cdef int ck_cancellable_sleep(double seconds) except -1 nogil:
     cdef double deadline
-    cdef int status
+    cdef int status, poll_signals
     cdef PyThreadState *ts
     if isnan(seconds) or seconds < 0:
         with gil:
             raise ValueError(f"sleep length must be a non-negative number, not {seconds!r}")
     deadline = ck_monotonic() + seconds
+    poll_signals = ck_on_main_thread()
     while True:
         # Wait without the GIL even when the caller holds it.
         if PyGILState_Check():
             ts = PyEval_SaveThread()
-            status = ck_sleep_until(&ck_state, deadline)
+            status = ck_sleep_until(&ck_state, deadline, poll_signals)
             PyEval_RestoreThread(ts)
         else:
-            status = ck_sleep_until(&ck_state, deadline)
+            status = ck_sleep_until(&ck_state, deadline, poll_signals)
         if status == 0:
             return 0
         if status == 1:
             return ck_raise_cancelled()
-        # A signal broke the nap: run Python's handlers first, as time.sleep does.
+        # A signal may be pending: run Python's handlers first, as time.sleep does.
         with gil:
             if PyErr_CheckSignals() < 0:
                 return -1
@@ -364,8 +383,7 @@ def take_sigint_arrival():
 
 def install_sigint_handler():
     """Chain the C handler in front of the current SIGINT action (again, if replaced)."""
-    main = _threading.main_thread().ident
-    if ck_install_handler(&ck_state, main) < 0:
+    if ck_install_handler(&ck_state) < 0:
         raise OSError("sigaction(SIGINT) failed")
     return True
 
