@@ -1,0 +1,121 @@
+"""`cancelkernel demo`: start the kernel, interrupt runaway cells, show the state survives.
+
+The kernelspec is installed into a private temporary prefix (never into your
+Jupyter directories), so the demo runs on a fresh machine with nothing set up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+
+from jupyter_client.manager import KernelManager
+
+from .install import install
+
+# (what the cell does, code) — each runs until interrupted.
+RUNAWAYS = [
+    ("a Python loop", "while True:\n    pass"),
+    ("time.sleep", "import time\ntime.sleep(10**6)"),
+    ("Event.wait", "import threading\nthreading.Event().wait()"),
+    ("socket recv", "import socket\na, b = socket.socketpair()\na.recv(1)"),
+    ("a subprocess", "import subprocess\nsubprocess.run(['sleep', '1000'])"),
+    ("await asyncio.sleep", "import asyncio\nawait asyncio.sleep(10**6)"),
+    ("regex backtracking", "import re\nre.match(r'(a+)+$', 'a' * 40 + 'b')"),
+]
+REPEATS = 3
+
+
+@contextlib.contextmanager
+def private_kernelspec() -> Iterator[None]:
+    """Install our kernelspec into a temporary prefix visible only to this process."""
+    prefix = tempfile.mkdtemp(prefix="cancelkernel-demo-")
+    old = os.environ.get("JUPYTER_PATH")
+    try:
+        install(prefix=prefix, name="cancelkernel-demo")
+        os.environ["JUPYTER_PATH"] = os.pathsep.join(filter(None, [os.path.join(prefix, "share", "jupyter"), old]))
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("JUPYTER_PATH", None)
+        else:
+            os.environ["JUPYTER_PATH"] = old
+        shutil.rmtree(prefix, ignore_errors=True)
+
+
+def _reply(kc, msg_id: str, timeout: float) -> dict | None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            msg = kc.get_shell_msg(timeout=max(0.01, deadline - time.monotonic()))
+        except Exception:  # noqa: BLE001 - queue.Empty: keep waiting until the deadline
+            continue
+        if msg["parent_header"].get("msg_id") == msg_id:
+            return msg
+    return None
+
+
+def _interrupt(kc, target: str) -> None:
+    kc.control_channel.send(kc.session.msg("interrupt_request", {"target": target}))
+
+
+def demo_mode(mode: str, out=sys.stdout) -> bool:
+    """Run the runaway cells in one exec mode; True if every one stopped and state survived."""
+    km = KernelManager(kernel_name="cancelkernel-demo")
+    km.start_kernel(extra_arguments=[f"--CancelKernel.exec_thread={mode}"])
+    kc = km.client()
+    ok = True
+    try:
+        kc.start_channels()
+        kc.wait_for_ready(timeout=60)
+        setup = kc.execute("survivor = 'still here'", stop_on_error=False)
+        _reply(kc, setup, 30)
+        print(f"\n== exec_thread={mode}: user code on the {'main thread' if mode == 'main' else 'worker thread'}", file=out)
+        print(f"   {'runaway cell':24} {'stopped by':10} {'interrupt -> reply (median of 3)':34} state", file=out)
+        for label, code in RUNAWAYS:
+            times, how, survived = [], "", True
+            for _ in range(REPEATS):
+                msg_id = kc.execute(code, stop_on_error=False)
+                time.sleep(0.3)
+                start = time.perf_counter()
+                _interrupt(kc, msg_id)
+                reply = _reply(kc, msg_id, 10)
+                if reply is None:
+                    how = "NOT stopped (restarting the kernel)"
+                    km.restart_kernel(now=True)
+                    kc.wait_for_ready(timeout=60)
+                    survived = False
+                    break
+                times.append((time.perf_counter() - start) * 1000)
+                meta = reply["metadata"].get("cancelkernel", {})
+                how = "abandon" if meta.get("abandoned_thread") else reply["content"].get("ename", "?")
+                check = kc.execute("print(survivor)", stop_on_error=False)
+                survived = survived and (_reply(kc, check, 10) or {}).get("content", {}).get("status") == "ok"
+            ok = ok and bool(times) and survived
+            timing = f"{statistics.median(times):8.1f} ms" if times else "       -"
+            how = {"KeyboardInterrupt": "interrupt", "CancelledError": "cancel"}.get(how, how)
+            print(f"   {label:24} {how:10} {timing:34} {'kept' if survived else 'LOST'}", file=out)
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    return ok
+
+
+def run_demo(modes: list[str], out=sys.stdout) -> int:
+    print("cancelkernel demo: every cell below runs forever until it is interrupted once.", file=out)
+    with private_kernelspec():
+        results = [demo_mode(mode, out) for mode in modes]
+        try:
+            from .agent.demo import demo_policy
+        except ImportError:
+            demo_policy = None
+        if demo_policy is not None:
+            demo_policy(out=out)
+    print("\nAll runaway cells stopped, variables kept." if all(results) else "\nSome cells could not be stopped (see above).", file=out)
+    return 0 if all(results) else 1
