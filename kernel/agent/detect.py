@@ -80,6 +80,25 @@ class Tripwire:
             self.tripped_at = now
         return self.tripped
 
+    def due(self) -> str | None:
+        """The budget that is over now, ignoring the slack (does not count as the trip)."""
+        now = self.clock()
+        if self.wall_budget is not None and now - self.started > self.wall_budget:
+            return "wall_budget"
+        if self.quiet_budget is not None and self.busy and now - self.last_output > self.quiet_budget:
+            return "quiet_budget"
+        return None
+
+    def due_in(self) -> float | None:
+        """Seconds until a budget is over, ignoring the slack."""
+        now = self.clock()
+        waits = []
+        if self.wall_budget is not None:
+            waits.append(self.started + self.wall_budget - now)
+        if self.quiet_budget is not None:
+            waits.append(self.last_output + self.quiet_budget - now)
+        return max(0.0, min(waits)) if waits else None
+
     def next_check_in(self) -> float | None:
         """Seconds until a budget could trip (None: no budget can trip)."""
         if self.tripped is not None:

@@ -122,6 +122,7 @@ class _Run:
         self.idle = False
         self.interrupt: InterruptSent | None = None
         self.kernel_interrupted = False
+        self.probed = False  # the one status request at the budget (kernel-enforced budgets only)
         self.kernel_interrupt_at: float | None = None
         self.kernel_interrupt_elapsed: float | None = None  # the kernel's clock, from its interrupt event
         self.kernel_stack: list[dict] | None = None
@@ -144,6 +145,8 @@ class _Run:
                 last_alive = now
                 if not self.link.is_alive():
                     return self._died(None)
+            if self.reply is None and self.trip is None and self.plan.kernel_enforces and not self.probed:
+                self._probe_when_due(now)
             if self.reply is None and self.trip is None:
                 if self.manual.is_set():
                     self.manual.clear()
@@ -162,8 +165,24 @@ class _Run:
                 if died is not None:
                     return self._died(died)
 
+    def _probe_when_due(self, now: float) -> None:
+        """At the budget itself, one status request: no answer means the GIL is held and the kernel's
+        own watchdog cannot act, so the client interrupts now instead of after its slack."""
+        reason = self.wire.due()
+        if reason is None:
+            return
+        self.probed = True
+        if self.kernel_interrupted or self.link.cancel_status(timeout=0.2) is not None:
+            return
+        self.wire.tripped, self.wire.tripped_at = reason, now
+        self._tripped(reason, wedged=True)
+
     def _timeout(self, now: float) -> float:
         waits = [POLL]
+        if self.plan.kernel_enforces and not self.probed and self.reply is None:
+            due = self.wire.due_in()
+            if due is not None:
+                waits.append(due + 0.005)
         nxt = self.wire.next_check_in()
         if nxt is not None and self.reply is None:
             waits.append(nxt + 0.005)
@@ -216,14 +235,14 @@ class _Run:
 
     # -- a trip: interrupt once --
 
-    def _tripped(self, reason: str) -> None:
+    def _tripped(self, reason: str, *, wedged: bool = False) -> None:
         self.trip = reason
         why = self.wire.why(reason)
         self.res.reason, self.res.reason_text = reason, why
         if not self.plan.may_interrupt:
             return
-        answered = True
-        if self.plan.kernel_enforces and reason != "manual":
+        answered = not wedged
+        if self.plan.kernel_enforces and reason != "manual" and not wedged:
             already, answered = self._kernel_already_interrupted()
             if already:
                 # The kernel sent the cell's one interrupt itself: the client waits for it, sends none.
@@ -341,25 +360,28 @@ class _Run:
         self.res.output_bytes_dropped = self.collector.dropped
 
     def _stack_when_stuck(self) -> list[dict] | None:
-        """Where the cell is stuck, from whatever still answers."""
+        """Where the cell is stuck, from whatever still answers; a stack that shows the cell wins."""
         wedged = self.interrupt is not None and self.interrupt.via == "message+signal"
-        frames = None
+        candidates: list[list[dict] | None] = []
+        if self.reply is not None:
+            candidates.append(((self.reply.get("metadata") or {}).get("cancelkernel") or {}).get("stack"))
+        candidates.append(self.kernel_stack)
         if not wedged:
             status = self.link.cancel_status(timeout=0.3)
             last = (status or {}).get("last_stack") or {}
-            if isinstance(last, dict) and last.get("execution") in (self.msg_id, None) and last.get("frames"):
-                frames = list(last["frames"])
-        frames = frames or self.kernel_stack
-        if not frames:
-            frames = stacks.parse_faulthandler(self.link.read_dump(self.dump_since))
-        if not frames and self.link.info.dump_file and self.link.local:
+            if isinstance(last, dict) and last.get("execution") in (self.msg_id, None):
+                candidates.append(last.get("frames"))
+        if not any(_shows_cell(c) for c in candidates):
+            candidates.append(stacks.parse_faulthandler(self.link.read_dump(self.dump_since)))
+        if not any(candidates) and self.link.info.dump_file and self.link.local:
             import signal
 
             # Our kernel registers faulthandler on SIGUSR1: all stacks, no GIL needed.
             if self.link.signal(signal.SIGUSR1):
                 time.sleep(0.1)
-                frames = stacks.parse_faulthandler(self.link.read_dump(self.dump_since))
-        return stacks.from_cell(frames, self.plan.source)
+                candidates.append(stacks.parse_faulthandler(self.link.read_dump(self.dump_since)))
+        chosen = next((c for c in candidates if _shows_cell(c)), None) or next((c for c in candidates if c), None)
+        return stacks.from_cell(list(chosen) if chosen else None, self.plan.source)
 
     def _escalate(self, why_restart: str) -> CellResult:
         """The interrupt failed (or is not allowed): take the stack, restart, restore."""
@@ -414,3 +436,9 @@ class _Run:
             }
         )
         res.kernel["pid"] = self.link.info.pid
+
+
+def _shows_cell(frames: list[dict] | None) -> bool:
+    return bool(frames) and any(
+        stacks.is_cell_file(str(f.get("filename", ""))) or str(f.get("label", "")).startswith("Cell In[") for f in frames or []
+    )
