@@ -223,11 +223,12 @@ def wedge(name: str, mode: str, args: list[str], env: dict, runtime: str, size: 
     with kernel(name, mode, args, env, runtime) as (km, kc):
         run_cell(kc, namespace_code(size, "mixed"))
         saved = checkpoint_request(kc, "save", "wedge")
-        msg_id = kc.execute("sum(range(10**12))")
+        # Flushed before the GIL is taken: once sum() runs, not even the iopub thread gets to send.
+        msg_id = kc.execute("import sys; print('wedging', flush=True); sum(range(10**12))")
         deadline = time.monotonic() + 30
-        while True:  # the cell has started: its execute_input was published
+        while True:
             msg = kc.get_iopub_msg(timeout=max(0.01, deadline - time.monotonic()))
-            if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "execute_input":
+            if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "stream":
                 break
         time.sleep(0.5)
         t0 = time.perf_counter()  # "kernel wedged": from here the clock runs
@@ -303,14 +304,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"not enough free space in {base}: need about {label(need)}; pass --dir or smaller --sizes", file=sys.stderr)
         return 2
     scratch = tempfile.mkdtemp(prefix="cancelkernel-checkpoint-bench-", dir=base)
-    results: dict[str, Any] = {"environment": environment(base), "throughput": [], "wedge": []}
+    results: dict[str, Any] = {"environment": environment(base), "throughput": [], "wedge": [], "errors": []}
     try:
         name, args, env = _kernel_setup(os.path.join(scratch, "prefix"))
         runtime = os.path.join(scratch, "runtime")
         for mode in modes:
             for size in sizes:
                 for shape in shapes:
-                    samples = [throughput(name, mode, args, env, runtime, size, shape) for _ in range(opts.repeat)]
+                    try:
+                        samples = [throughput(name, mode, args, env, runtime, size, shape) for _ in range(opts.repeat)]
+                    except Exception as exc:  # noqa: BLE001 - one failed case must not lose the others
+                        results["errors"].append(f"{mode} {label(size)} {shape}: {type(exc).__name__}: {exc}")
+                        print(results["errors"][-1], file=sys.stderr)
+                        continue
                     row = median_of(samples, ["save_mbps", "restore_mbps", "save_seconds", "restore_seconds"])
                     results["throughput"].append(row)
                     print(
@@ -318,7 +324,12 @@ def main(argv: list[str] | None = None) -> int:
                         file=sys.stderr,
                     )
             if wedge_size:
-                samples = [wedge(name, mode, args, env, runtime, wedge_size) for _ in range(opts.repeat)]
+                try:
+                    samples = [wedge(name, mode, args, env, runtime, wedge_size) for _ in range(opts.repeat)]
+                except Exception as exc:  # noqa: BLE001
+                    results["errors"].append(f"{mode} wedge {label(wedge_size)}: {type(exc).__name__}: {exc}")
+                    print(results["errors"][-1], file=sys.stderr)
+                    continue
                 row = median_of(samples, ["kill_restart", "ready", "restore", "total"])
                 results["wedge"].append(row)
                 print(f"{mode} wedge {label(wedge_size)}: {row['total']:.2f} s", file=sys.stderr)
@@ -350,12 +361,14 @@ def main(argv: list[str] | None = None) -> int:
             for r in results["wedge"]
         ]  # fmt: skip
         print(table(["mode", "size", "kill+start s", "ready s", "restore s", "total s", f"goal <= {GOAL_WEDGE:g} s"], rows))
+    for error in results["errors"]:
+        print(f"FAILED: {error}")
     if opts.json:
         os.makedirs(os.path.dirname(os.path.abspath(opts.json)), exist_ok=True)
         with open(opts.json, "w") as f:
             json.dump(results, f, indent=1)
         print(f"\nwrote {opts.json}")
-    return 0
+    return 1 if results["errors"] else 0
 
 
 if __name__ == "__main__":

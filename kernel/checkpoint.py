@@ -101,7 +101,7 @@ def user_items(namespace: Mapping[str, Any], hidden: Mapping[str, Any] | None = 
     """
     missing = object()
     items = []
-    for name, value in namespace.items():
+    for name, value in list(namespace.items()):  # a snapshot: an abandoned worker thread may still be adding names
         if not isinstance(name, str) or name in _IPYTHON_NAMES or _IPYTHON_PATTERN.fullmatch(name):
             continue
         if hidden is not None and hidden.get(name, missing) is value:
@@ -281,7 +281,7 @@ def save(
             raise CheckpointTooLarge(
                 f"not saved: the namespace pickles to more than {_size(total_limit or 0)}, the limit for this save"
             ) from None
-        if isinstance(exc, OSError):
+        if isinstance(exc, OSError) and not isinstance(exc, CheckpointError):
             raise _write_error(name, root, exc, had_previous) from exc
         raise
     remove_stale(cpath, keep=os.path.basename(data))

@@ -50,7 +50,7 @@ class CheckpointWiredKernel(CancelKernel):
         cell_meta: dict | None = None,
         cell_id: str | None = None,
     ) -> dict:
-        before = save_before(self.shell, self.checkpoint_settings) if wants_checkpoint_before(cell_meta) else None
+        before = save_before(self.shell, self.checkpoint_settings) if self._checkpoint_first(code, cell_meta) else None
         reply = await super().do_execute(
             code, silent, store_history, user_expressions, allow_stdin, cell_meta=cell_meta, cell_id=cell_id
         )
@@ -59,3 +59,13 @@ class CheckpointWiredKernel(CancelKernel):
         if extra is not None and (before or autosaved):
             extra["checkpoint"] = {"before": before, "autosave": autosaved}
         return reply
+
+    def _checkpoint_first(self, code: str, cell_meta: dict | None) -> bool:
+        """%%budget checkpoint=before or metadata cancelkernel.checkpoint = "before" (parsed by kernel.py's directives)."""
+        directives = getattr(self, "_directives", None)
+        if directives is None:
+            return wants_checkpoint_before(cell_meta)
+        try:
+            return directives(code, cell_meta).checkpoint == "before"
+        except ValueError:
+            return False  # a bad directive: kernel.py refuses the cell itself

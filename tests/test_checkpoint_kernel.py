@@ -311,12 +311,23 @@ def test_checkpoint_before_a_cell_marked_risky(mode, tmp_path):
         ok(kc, "x = 1")
         ok(kc, "x = 2")  # not marked: no checkpoint
         assert checkpoint_request(kc, "list")["checkpoints"] == []
-        ok(kc, "x = 3", metadata={"cancelkernel": {"checkpoint": "before"}})
+        reply = ok(kc, "x = 3", metadata={"cancelkernel": {"checkpoint": "before"}})["reply"]
+        before = reply["metadata"]["cancelkernel"]["checkpoint"]["before"]
+        assert before["status"] == "ok" and before["name"] == "before" and before["names"] == 1
         listed = checkpoint_request(kc, "list")
         assert [c["name"] for c in listed["checkpoints"]] == ["before"]
         restart(km, kc)
         assert checkpoint_request(kc, "restore", "before")["status"] == "ok"
         ok(kc, "assert x == 2")
+
+
+@pytest.mark.skipif(not hasattr(CancelKernel, "_directives"), reason="kernel.py does not parse %%budget yet")
+def test_checkpoint_before_a_budget_cell(tmp_path):
+    with checkpoint_kernel("main", tmp_path) as (km, kc):
+        ok(kc, "x = 1")
+        ok(kc, "%%budget wall=60 checkpoint=before\nx = 2")
+        ok(kc, "%checkpoint restore before")
+        ok(kc, "assert x == 1")
 
 
 @pytest.mark.parametrize("mode", MODES)
