@@ -47,7 +47,7 @@ from _common import (  # noqa: E402
     wait_shell_reply,
     write_json,
 )
-from build import build_extensions  # noqa: E402
+from native_build import build_extensions  # noqa: E402
 
 OVERHEAD_GOAL = 5.0  # percent
 LATENCY_GOAL = 0.005  # seconds, p50

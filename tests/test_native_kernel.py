@@ -23,7 +23,7 @@ import pytest
 from conftest import MODES, REPLY_TIMEOUT, control_request, execute, interrupt, running_kernel, wait_reply
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "native"))
-from build import build_montecarlo  # noqa: E402
+from native_build import build_montecarlo  # noqa: E402
 
 # A loop that runs "forever" unless stopped (10**15 iterations is days).
 FOREVER = "10**15"

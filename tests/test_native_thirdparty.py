@@ -25,7 +25,7 @@ from test_native_kernel import assert_interrupted, start
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "examples", "native"))
-from build import build_extensions  # noqa: E402
+from native_build import build_extensions  # noqa: E402
 
 CYTHON_SOURCE = """\
 # cython: language_level=3

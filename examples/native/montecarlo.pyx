@@ -9,7 +9,7 @@
 - `pi_nocheck`: holds the GIL and never checks: nothing short of killing the
   kernel stops it (escalation is the watchdog's job).
 
-Build it against cancelkernel (see build.py next to this file).
+Build it against cancelkernel (see native_build.py next to this file).
 """
 
 from libc.stdint cimport uint64_t

@@ -1,6 +1,6 @@
 """Compile Cython or C extensions against the installed cancelkernel, in a directory of your choice.
 
-    python examples/native/build.py DIR            # builds montecarlo into DIR
+    python examples/native/native_build.py DIR            # builds montecarlo into DIR
     >>> build_extensions(DIR, {"montecarlo": "examples/native/montecarlo.pyx"})
 
 What a third-party package's setup.py does: `cythonize(..., include_path=[get_include()])`
