@@ -22,7 +22,7 @@ import shutil
 import stat
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 MANIFEST = "manifest.json"
@@ -326,7 +326,6 @@ class CheckpointInfo:
     bytes: int  # bytes of variable files
     latest: bool = False
     problem: str | None = None  # why it would not load (untrusted, damaged), if known
-    extra: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return {

@@ -75,9 +75,9 @@ def checkpoint_request(kc: BlockingKernelClient, action: str, name: str | None =
     return reply["content"]
 
 
-def restart(km: KernelManager, kc: BlockingKernelClient) -> None:
-    """Kill the kernel (SIGKILL) and start it again with the same connection file."""
-    km.restart_kernel(now=True)
+def restart(km: KernelManager, kc: BlockingKernelClient, *, now: bool = True) -> None:
+    """Restart the kernel with the same connection file: killed (SIGKILL) with `now`, else asked to shut down."""
+    km.restart_kernel(now=now)
     kc.wait_for_ready(timeout=60)
 
 
@@ -160,7 +160,7 @@ def test_round_trip_with_the_magic(mode, tmp_path):
         assert "saved" in out and "'first'" in out and "lock: not saved: unpicklable" in out
         listing = ok(kc, "%checkpoint list")["stdout"]
         assert "* first" in listing
-        restart(km, kc)
+        restart(km, kc, now=False)  # the polite restart: shutdown_request(restart=True), then a new process
         ok(kc, "square = 'something else'")
         out = ok(kc, "%checkpoint restore")["stdout"]
         assert out.startswith("restored ") and "from checkpoint 'first'" in out and "skipped 2" in out
