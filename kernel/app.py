@@ -5,6 +5,7 @@ from __future__ import annotations
 from ipykernel.kernelapp import IPKernelApp
 from traitlets import Type, default
 
+from .checkpoint_settings import CheckpointSettings
 from .kernel import CancelKernel
 from .shell import CancelShell
 
@@ -18,7 +19,7 @@ class CancelKernelApp(IPKernelApp):
         klass="ipykernel.kernelbase.Kernel",
         help="The Kernel subclass to launch (CancelKernel or a subclass of it).",
     ).tag(config=True)
-    classes = [*IPKernelApp.classes, CancelKernel, CancelShell]  # type: ignore[assignment]
+    classes = [*IPKernelApp.classes, CancelKernel, CancelShell, CheckpointSettings]  # type: ignore[assignment]
 
     @default("outstream_class")
     def _default_outstream_class(self) -> str:

@@ -20,8 +20,10 @@ from ipykernel.kernelbase import _accepts_parameters
 from jupyter_core.paths import jupyter_runtime_dir
 from traitlets import Enum, Float, Instance, Unicode
 
-from . import __version__, budgets, deadlines, events, iostream, native, protocol, stacks
+from . import __version__, budgets, checkpoint_magics, deadlines, events, iostream, native, protocol, stacks
 from .cancel import CancellationCore, Execution
+from .checkpoint_settings import CheckpointSettings
+from .checkpoint_shell import handle_checkpoint_request, maybe_autosave, save_before
 from .dumps import DumpFile, thread_frames
 from .executor import Executor, make_executor
 from .shell import CancelShell, interrupt_message
@@ -87,6 +89,8 @@ class CancelKernel(IPythonKernel):
     executor = Instance(Executor, allow_none=True)
     watchdog = Instance(Watchdog, allow_none=True)
 
+    # checkpoint_request is shell-only: it runs between cells, never while one runs.
+    msg_types = [*IPythonKernel.msg_types, protocol.CHECKPOINT_REQUEST]
     control_msg_types = [*IPythonKernel.control_msg_types, protocol.CANCEL_STATUS_REQUEST]
 
     def __init__(self, **kwargs: t.Any):
@@ -96,6 +100,8 @@ class CancelKernel(IPythonKernel):
         self.executor = make_executor(self.exec_thread, self.core)
         assert self.shell is not None
         self.shell.executor = self.executor
+        self.checkpoint_settings = CheckpointSettings(parent=self)
+        checkpoint_magics.register(self.shell, settings=self.checkpoint_settings)
         # After IPython drops leading blank lines, so the blank we leave keeps line numbers as typed.
         cleanup = self.shell.input_transformers_cleanup
         cleanup.insert(1 if cleanup and getattr(cleanup[0], "__name__", "") == "leading_empty_lines" else 0, budgets.strip_directive)
@@ -149,7 +155,7 @@ class CancelKernel(IPythonKernel):
             "native_flag": native.available,
             "pid": os.getpid(),
             "dump_file": self.dumps.path if self.dumps.available else None,
-            "features": ["targeted_interrupt", "cancel_status", "reply_metadata", "budgets", "deadlines", "events", "dump_file"],
+            "features": list(protocol.FEATURES),
         }
         return info
 
@@ -184,6 +190,13 @@ class CancelKernel(IPythonKernel):
         if not self.session:
             return
         self.session.send(stream, protocol.CANCEL_STATUS_REPLY, json_clean(self.cancel_status()), parent, ident=ident)
+
+    async def checkpoint_request(self, stream: t.Any, ident: t.Any, parent: dict) -> None:
+        """Save, restore, list or drop checkpoints of the user namespace."""
+        if not self.session:
+            return
+        reply = handle_checkpoint_request(self.shell, parent.get("content") or {})
+        self.session.send(stream, protocol.CHECKPOINT_REPLY, json_clean(reply), parent, ident=ident)
 
     def cancel_status(self) -> dict:
         assert self.core is not None and self.watchdog is not None and self.executor is not None
@@ -289,6 +302,7 @@ class CancelKernel(IPythonKernel):
             directives = self._directives(code, cell_meta)
         except budgets.BudgetError as exc:
             return self._refuse(msg_id, exc)
+        before = save_before(shell, self.checkpoint_settings) if directives.checkpoint == "before" else None
         self.core.ensure_sigint()
         shell.interrupt_report = None
         execution = self.core.begin(msg_id, code)
@@ -329,6 +343,9 @@ class CancelKernel(IPythonKernel):
             metadata["tripped"] = watched.tripped
         if watched.unresponsive:
             metadata["unresponsive"] = True
+        autosaved = None if silent else maybe_autosave(shell, self.checkpoint_settings, reply.get("status"))
+        if before or autosaved:
+            metadata["checkpoint"] = {"before": before, "autosave": autosaved}
         self._execution_metadata = metadata
         self._parents.pop(msg_id, None)
         return reply
@@ -470,7 +487,7 @@ class CancelKernel(IPythonKernel):
             reply_content["status"] = "error"
             reply_content.update(
                 {
-                    "traceback": shell._last_traceback or [],
+                    "traceback": getattr(shell, "_last_traceback", None) or [],
                     "ename": str(type(err).__name__),
                     "evalue": str(err),
                 }

@@ -25,3 +25,10 @@ STATE_IDLE = "idle"
 STATE_RUNNING = "running"
 STATE_CANCELLING = "cancelling"
 STATE_UNRESPONSIVE = "unresponsive-to-interrupt"
+
+# Shell-channel request answered with "checkpoint_reply" (save/restore/list/drop saved state).
+CHECKPOINT_REQUEST = "checkpoint_request"
+CHECKPOINT_REPLY = "checkpoint_reply"
+
+# Names of the features advertised in kernel_info_reply content[KEY]["features"].
+FEATURES = ("targeted_interrupt", "cancel_status", "reply_metadata", "budgets", "deadlines", "events", "dump_file", "checkpoint")

@@ -16,11 +16,6 @@ from conftest import MODES, REPLY_TIMEOUT, outputs, running_kernel, wait_reply
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
-from cancelkernel.kernel import CancelKernel
-
-# Until kernel.py answers checkpoint_request itself, a test subclass adds the documented wiring.
-WIRED = hasattr(CancelKernel, "checkpoint_request")
-TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 @contextlib.contextmanager
@@ -30,9 +25,6 @@ def checkpoint_kernel(
     """A real kernel with checkpoints, its runtime dir (so its checkpoints) under `runtime_dir`."""
     args = list(extra_arguments or [])
     env = {"JUPYTER_RUNTIME_DIR": str(runtime_dir)}
-    if not WIRED:
-        args.append("--CancelKernelApp.kernel_class=checkpoint_wired_kernel.CheckpointWiredKernel")
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [TESTS_DIR, os.environ.get("PYTHONPATH")]))
     with running_kernel(mode, extra_arguments=args, env=env) as pair:
         yield pair
 
@@ -321,7 +313,6 @@ def test_checkpoint_before_a_cell_marked_risky(mode, tmp_path):
         ok(kc, "assert x == 2")
 
 
-@pytest.mark.skipif(not hasattr(CancelKernel, "_directives"), reason="kernel.py does not parse %%budget yet")
 def test_checkpoint_before_a_budget_cell(tmp_path):
     with checkpoint_kernel("main", tmp_path) as (km, kc):
         ok(kc, "x = 1")
