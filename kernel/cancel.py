@@ -31,6 +31,10 @@ REASONS = ("request", "signal", "wall_budget", "quiet_budget", "deadline")
 # Seconds an awaiting worker cell gets to take a task cancel before we raise in its thread.
 ASYNC_ESCALATION = 0.05
 
+# How long the main thread lets go of the GIL when asked to yield (see enable_gil_yield).
+YIELD_SLEEP = 0.002
+_real_sleep = time.sleep
+
 
 class CellInterrupt(KeyboardInterrupt):
     """Base of the per-execution interrupt classes (async exceptions need a class)."""
@@ -280,6 +284,25 @@ class CancellationCore:
         native.install_sigint_handler()
         self._sigint_installed = True
 
+    def enable_gil_yield(self, stall: float) -> bool:
+        """Main mode: when one C call holds the GIL for `stall` s, signal it to hand the GIL over.
+
+        A C call that checks Python signals (the regex engine does) then runs
+        our handler, which sleeps a moment: the control thread gets the GIL and
+        can read an interrupt or status request.  Needs the compiled module.
+        """
+        signum = getattr(signal, "SIGRTMIN", None)
+        if signum is None or not native.available or not _is_main_thread():
+            return False
+        signum += 3  # glibc keeps the first real-time signals for itself; +3 is free and rarely used
+        signal.signal(signum, _yield_gil)
+        signal.siginterrupt(signum, False)  # never turn a system call of user code into EINTR
+        return bool(native.start_gil_yield(signum, stall))
+
+    def heartbeat(self) -> None:
+        """The watchdog got the GIL: no C call is hogging it right now."""
+        native.gil_heartbeat()
+
     def ensure_sigint(self) -> None:
         """Re-install after user code or a library replaced the handler."""
         if not _is_main_thread():
@@ -325,6 +348,11 @@ class CancellationCore:
                 return True
             frame = frame.f_back
         return False
+
+
+def _yield_gil(signum: int, frame: types.FrameType | None) -> None:
+    """Let the threads waiting for the GIL (control, watchdog) run; a pending SIGINT then lands here."""
+    _real_sleep(YIELD_SLEEP)
 
 
 def _child_pids(pid: int) -> list[int]:

@@ -85,6 +85,15 @@ class CancelKernel(IPythonKernel):
         means faster interrupts of busy Python code.""",
     ).tag(config=True)
 
+    gil_yield = Float(
+        0.04,
+        min=0.0,
+        help="""Main mode: when one C call has held the GIL this many seconds, send the
+        main thread a signal whose handler lets go of the GIL for 2 ms, so the control
+        thread can read interrupt and status requests.  Reaches C code that checks
+        Python signals (the regex engine, cooperative extensions); 0 turns it off.""",
+    ).tag(config=True)
+
     core = Instance(CancellationCore, allow_none=True)
     executor = Instance(Executor, allow_none=True)
     watchdog = Instance(Watchdog, allow_none=True)
@@ -123,6 +132,8 @@ class CancelKernel(IPythonKernel):
             sys.setswitchinterval(self.switch_interval)
         if threading.current_thread() is threading.main_thread():
             self.core.install_sigint()
+            if self.exec_thread == "main" and self.gil_yield:
+                self.core.enable_gil_yield(self.gil_yield)
 
     def _dump_path(self) -> str:
         connection_file = getattr(self.parent, "connection_file", "") or f"kernel-{os.getpid()}.json"

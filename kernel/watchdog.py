@@ -139,6 +139,7 @@ class Watchdog:
             if wait > 0 and self._wake.wait(wait):
                 self._wake.clear()
             try:
+                self.core.heartbeat()
                 now = time.monotonic()
                 scope = self._expired_scope(now)
                 if scope is not None and not self.core.fire_scope(scope):

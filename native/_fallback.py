@@ -15,7 +15,7 @@ import time
 __all__ = [
     "available", "begin", "end", "cancel", "running_gen", "cancel_requested", "raise_if_cancelled",
     "cancellable_sleep", "flag_address", "expect_sigint", "take_sigint_arrival", "install_sigint_handler",
-    "sigint_handler_installed", "open_window", "close_window", "raise_in_window",
+    "sigint_handler_installed", "open_window", "close_window", "raise_in_window", "start_gil_yield", "gil_heartbeat",
 ]
 
 available = False
@@ -117,6 +117,17 @@ def install_sigint_handler() -> bool:
 
 def sigint_handler_installed() -> bool:
     return False
+
+
+# --- GIL yield needs a C thread that runs without the GIL: not in the fallback.
+
+def start_gil_yield(signum: int, stall_seconds: float) -> bool:
+    """Not available without the compiled module."""
+    return False
+
+
+def gil_heartbeat() -> None:
+    """Nothing listens in the fallback."""
 
 
 # --- Async exceptions into a worker thread, atomic with respect to the window.

@@ -199,6 +199,62 @@ cdef extern from *:
 
     static inline uint32_t ck_take_arrival(void) { return __atomic_exchange_n(&ck_arrival_gen, 0, __ATOMIC_ACQ_REL); }
 
+    /* --- GIL yield: ask one C call that holds the GIL to let other threads run ---
+       The kernel's watchdog bumps ck_heartbeat every tick; if it stops moving while
+       an execution runs, one C call holds the GIL.  Many such calls (the regex engine,
+       cooperative extensions) still check Python's signals: a signal whose Python
+       handler sleeps a moment hands the GIL to the control thread, which can then
+       read the interrupt request.  Code that checks nothing is not affected. */
+
+    static unsigned long ck_heartbeat;
+    static int ck_yield_signal;
+    static int ck_yield_stall_ms;
+    static int ck_yield_running;
+    static ck_state_t *ck_yield_state;
+
+    static void *ck_yield_main(void *unused) {
+        sigset_t all;
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, NULL);  /* no signal is ever handled on this thread */
+        unsigned long last = 0;
+        int stalled = 0;
+        struct timespec tick = {0, 10 * 1000 * 1000};
+        for (;;) {
+            nanosleep(&tick, NULL);
+            unsigned long beat = __atomic_load_n(&ck_heartbeat, __ATOMIC_RELAXED);
+            if (ck_load_gen(ck_yield_state) == 0 || beat != last) {
+                last = beat;
+                stalled = 0;
+                continue;
+            }
+            stalled += 10;
+            if (stalled >= __atomic_load_n(&ck_yield_stall_ms, __ATOMIC_RELAXED) && ck_have_main_thread) {
+                pthread_kill(ck_main_thread, __atomic_load_n(&ck_yield_signal, __ATOMIC_RELAXED));
+                stalled = 0;
+            }
+        }
+        return NULL;
+    }
+
+    /* 0: started (or already running, parameters updated), -1: pthread_create failed. */
+    static int ck_start_yield(ck_state_t *state, int signum, int stall_ms) {
+        __atomic_store_n(&ck_yield_signal, signum, __ATOMIC_RELAXED);
+        __atomic_store_n(&ck_yield_stall_ms, stall_ms, __ATOMIC_RELAXED);
+        if (ck_yield_running) return 0;
+        ck_yield_state = state;
+        pthread_t thread;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        int rc = pthread_create(&thread, &attr, ck_yield_main, NULL);
+        pthread_attr_destroy(&attr);
+        if (rc != 0) return -1;
+        ck_yield_running = 1;
+        return 0;
+    }
+
+    static inline void ck_beat(void) { __atomic_add_fetch(&ck_heartbeat, 1, __ATOMIC_RELAXED); }
+
     /* --- cancellable sleep --- */
 
     static double ck_monotonic(void) {
@@ -238,6 +294,8 @@ cdef extern from *:
     void ck_unexpect(uint32_t gen) noexcept nogil
     uint32_t ck_take_arrival() noexcept nogil
     double ck_monotonic() noexcept nogil
+    int ck_start_yield(ck_state_t *state, int signum, int stall_ms) noexcept nogil
+    void ck_beat() noexcept nogil
     int ck_sleep_until(ck_state_t *s, double deadline, int poll_signals) noexcept nogil
 
 cdef extern from "cancelkernel_native.h":
@@ -256,7 +314,7 @@ import threading as _threading
 __all__ = [
     "available", "begin", "end", "cancel", "running_gen", "cancel_requested", "raise_if_cancelled",
     "cancellable_sleep", "flag_address", "expect_sigint", "take_sigint_arrival", "install_sigint_handler",
-    "sigint_handler_installed", "open_window", "close_window", "raise_in_window",
+    "sigint_handler_installed", "open_window", "close_window", "raise_in_window", "start_gil_yield", "gil_heartbeat",
 ]
 
 available = True
@@ -391,6 +449,21 @@ def install_sigint_handler():
 def sigint_handler_installed():
     """True iff the C handler is the current SIGINT action (signal.signal() replaces it)."""
     return ck_handler_installed() == 1
+
+
+# --- GIL yield (main mode): see ck_yield_main above ---
+
+def start_gil_yield(signum, stall_seconds):
+    """Send `signum` to the main thread when the watchdog's heartbeat stalls `stall_seconds` mid-execution."""
+    cdef int stall_ms = max(20, int(float(stall_seconds) * 1000))
+    if ck_start_yield(&ck_state, int(signum), stall_ms) < 0:
+        raise OSError("could not start the GIL-yield thread")
+    return True
+
+
+def gil_heartbeat():
+    """Called by the watchdog on every tick: proof that Python threads still get the GIL."""
+    ck_beat()
 
 
 # --- async exceptions into a worker thread, atomic with respect to the window ---
