@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import typing as t
 
+from cancelkernel import protocol
+
 from .errors import CheckpointError
 from .kernel import KernelLink
 from .policy import Restored
 
 MODES = ("off", "before-risky", "after-ok")
-FEATURES = ("checkpoint", "checkpoints")  # the brief said the first; the kernel advertises the second
-REQUEST = "checkpoint_request"
-REPLY = "checkpoint_reply"
+FEATURES = ("checkpoint", "checkpoints")  # the kernel advertises the first; an early test kernel the second
+REQUEST = getattr(protocol, "CHECKPOINT_REQUEST", "checkpoint_request")
+REPLY = getattr(protocol, "CHECKPOINT_REPLY", "checkpoint_reply")
 
 
 class Checkpoints:

@@ -324,7 +324,8 @@ class _Run:
             outcome = "the cell finished on its own before the interrupt took effect"
         else:
             res.status, res.state = "interrupted", "suspect"
-            outcome = f"the cell stopped {latency:.2f} s after the interrupt"
+            took = f"{latency * 1000:.0f} ms" if latency < 1 else f"{latency:.2f} s"
+            outcome = f"the cell stopped {took} after the interrupt"
             if stacks.stopped_at(res.stack):
                 outcome += f", at {stacks.stopped_at(res.stack)}"
         if res.actions:
