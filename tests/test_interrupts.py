@@ -224,6 +224,41 @@ def test_cell_sent_after_an_interrupted_reply_is_not_aborted(mode: str) -> None:
         assert statuses == ["ok"] * len(statuses), f"next-cell statuses: {statuses}"
 
 
+def test_a_cell_that_catches_its_interrupt_carries_on(kernel) -> None:
+    """One interrupt is ONE KeyboardInterrupt: a cell that catches it runs its remaining statements, as with stock.
+
+    The common pattern is `try: <long loop> except KeyboardInterrupt: <note it>`
+    followed by statements that save the work.  The later top-level statements
+    must run; the cell ends ok.
+    """
+    km, kc = kernel
+    code = (
+        "import time\n"
+        "caught = False\n"
+        "try:\n"
+        "    while True:\n"
+        "        pass\n"
+        "except KeyboardInterrupt:\n"
+        "    caught = True\n"
+        "saved = 'work saved'\n"
+        "time.sleep(0.2)\n"
+        "finished = True"
+    )
+    msg_id = kc.execute(code, stop_on_error=False)
+    time.sleep(0.3)
+    assert interrupt(kc, msg_id)["interrupted"] is True
+    reply = wait_reply(kc, msg_id)
+    assert user_expr(kc, "caught") == "True"
+    saved = user_expr(kc, "globals().get('saved')")
+    assert reply["content"]["status"] == "ok", (
+        f"{reply['content'].get('ename')}: {reply['content'].get('evalue')} "
+        f"(saved={saved}, interrupts_sent={reply['metadata']['cancelkernel']['interrupts_sent']})"
+    )
+    assert user_expr(kc, "saved") == repr("work saved")
+    assert user_expr(kc, "finished") == "True"
+    assert execute(kc, "time.sleep(0.3)\nnext_ok = 1")["content"]["status"] == "ok"
+
+
 # -- SIGINT (interrupt_mode "signal", kill -INT) ------------------------------------------
 
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 import os
 import queue
 import random
+import signal
 import time
 
 import pytest
@@ -271,3 +272,83 @@ def test_interrupt_storm(mode: str) -> None:
             if number in ok_cells:
                 assert number in seen, f"ok cell {number} printed, but its output never reached iopub"
 
+
+
+SIGINT_CELLS = 300
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES)
+def test_sigint_storm(mode: str) -> None:
+    """The same storm with SIGINT sent to the kernel process (interrupt_mode "signal" clients, kill -INT).
+
+    Stock ipykernel 7.4 loses replies here (the SIGINT lands in kernel code).
+    A SIGINT names no execution, so: every cell gets exactly one reply; a cell
+    reports KeyboardInterrupt only if a SIGINT was sent while it was in flight
+    (between its execute_request and its reply), and then its metadata says
+    reason "signal"; the kernel is alive and its state right at the end.
+    """
+    seed = SEED + 1
+    print(f"\nSIGINT storm: mode={mode} seed={seed}")
+    rng = random.Random(seed)
+    with running_kernel(mode, extra_arguments=[f"--CancelKernel.interrupt_grace={GRACE}"]) as (km, kc):
+        assert execute(kc, "import time\n_sig_done = []")["content"]["status"] == "ok"
+        cells: list[str] = []
+        sent: dict[str, float] = {}
+        replies: dict[str, list[tuple[float, dict]]] = {}
+        signals: list[float] = []
+        deadline = time.monotonic() + DEADLINE
+
+        def pump(timeout: float) -> None:
+            try:
+                msg = kc.shell_channel.get_msg(timeout=timeout)
+            except queue.Empty:
+                return
+            parent = msg["parent_header"].get("msg_id")
+            replies.setdefault(parent, []).append((time.monotonic(), msg))
+
+        for i in range(SIGINT_CELLS):
+            assert time.monotonic() < deadline, f"SIGINT storm did not finish in {DEADLINE} s (seed {seed})"
+            seconds = rng.uniform(0.0, 0.02)
+            if i % 2:
+                work = f"time.sleep({seconds:.5f})"
+            else:
+                work = f"_t = time.perf_counter() + {seconds:.5f}\nwhile time.perf_counter() < _t:\n    pass"
+            msg_id = kc.execute(f"{work}\n_sig_done.append({i})", stop_on_error=False, store_history=False)
+            cells.append(msg_id)
+            sent[msg_id] = time.monotonic()
+            if rng.random() < 0.6:
+                time.sleep(rng.uniform(0.0, 0.025))
+                signals.append(time.monotonic())
+                km.signal_kernel(signal.SIGINT)
+            wait_until = time.monotonic() + 10
+            while msg_id not in replies and time.monotonic() < wait_until:
+                pump(0.5)
+        end = time.monotonic() + 0.5
+        while time.monotonic() < end:
+            pump(0.1)
+
+        missing = [i for i, m in enumerate(cells) if m not in replies]
+        assert not missing, f"{len(missing)} cells never got an execute_reply: {missing[:20]} (seed {seed})"
+        doubled = [i for i, m in enumerate(cells) if len(replies[m]) > 1]
+        assert not doubled, f"cells answered more than once: {doubled}"
+        assert set(replies) <= set(cells), "replies to requests never sent"
+        ok_cells, interrupted = set(), set()
+        for i, msg_id in enumerate(cells):
+            received, reply = replies[msg_id][0]
+            content, meta = reply["content"], reply["metadata"]["cancelkernel"]
+            if content["status"] == "ok":
+                ok_cells.add(i)
+                continue
+            assert content["ename"] == "KeyboardInterrupt", (i, content["ename"], content["evalue"])
+            assert any(sent[msg_id] <= s <= received for s in signals), f"cell {i} interrupted with no SIGINT in flight"
+            assert meta["interrupted"] is True and meta["reason"] == "signal", meta
+            interrupted.add(i)
+        assert km.is_alive()
+        reply = execute(kc, "", user_expressions={"done": "_sig_done"})
+        done = eval(reply["content"]["user_expressions"]["done"]["data"]["text/plain"])
+        assert len(done) == len(set(done)), "a cell ran its last statement twice"
+        assert ok_cells <= set(done)
+        assert set(done) - ok_cells <= interrupted
+        assert execute(kc, "1")["content"]["status"] == "ok"
+        print(f"mode={mode}: {len(cells)} cells, {len(signals)} SIGINTs, {len(interrupted)} interrupted, {len(ok_cells)} ok")
