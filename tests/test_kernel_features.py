@@ -165,6 +165,21 @@ def test_input_answered_over_stdin(kc) -> None:
     assert value_of(kc, "answer") == repr("cancelkernel")
 
 
+def test_input_works_after_an_interrupted_input(kc) -> None:
+    msg_id = kc.execute("first_answer = input('first? ')", allow_stdin=True, stop_on_error=False)
+    assert kc.stdin_channel.get_msg(timeout=REPLY_TIMEOUT)["msg_type"] == "input_request"
+    time.sleep(0.2)
+    assert interrupt(kc, msg_id)["interrupted"] is True
+    reply = wait_reply(kc, msg_id)
+    assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
+    msg_id = kc.execute("second_answer = input('second? ')", allow_stdin=True)
+    request = kc.stdin_channel.get_msg(timeout=REPLY_TIMEOUT)
+    assert request["content"]["prompt"] == "second? "
+    kc.input("two")
+    assert wait_reply(kc, msg_id)["content"]["status"] == "ok"
+    assert value_of(kc, "second_answer") == repr("two")
+
+
 # -- top-level await ----------------------------------------------------------------------------
 
 
@@ -174,6 +189,54 @@ def test_top_level_await(kc) -> None:
     assert results and results[0]["content"]["data"]["text/plain"] == "42"
     _, msgs = run(kc, "async def twice(x):\n    await asyncio.sleep(0)\n    return 2 * x\nawait asyncio.gather(twice(1), twice(2))")
     assert [m["content"]["data"]["text/plain"] for m in msgs if m["msg_type"] == "execute_result"] == ["[2, 4]"]
+
+
+def test_asyncio_task_started_by_a_cell_keeps_running_between_cells(kc) -> None:
+    """As stock: a task a cell starts on the kernel's loop lives on while the kernel is idle.
+
+    (Live dashboards, servers, tickers in notebooks rely on it.)
+    """
+    run(
+        kc,
+        "import asyncio\n"
+        "ticks = []\n"
+        "async def ticker():\n"
+        "    while True:\n"
+        "        ticks.append(1)\n"
+        "        await asyncio.sleep(0.02)\n"
+        "async def start():\n"
+        "    return asyncio.ensure_future(ticker())\n"
+        "ticker_task = await start()\n"
+        "await asyncio.sleep(0.05)\n"
+        "ticks_at_end_of_cell = len(ticks)",
+    )
+    time.sleep(0.5)  # idle: no cell runs
+    run(kc, "ticks_later = len(ticks)\nticker_task.cancel()")
+    at_end, later = int(value_of(kc, "ticks_at_end_of_cell")), int(value_of(kc, "ticks_later"))
+    assert later > at_end + 5, f"the task did not run while the kernel was idle: {at_end} ticks, then {later}"
+
+
+def test_asyncio_task_created_in_a_plain_statement(kernel) -> None:
+    """As stock: a plain statement of a cell may create a task on the kernel's loop.
+
+    A fresh kernel: the first await cell on an exec thread is the case that matters.
+    """
+    _km, kc = kernel
+    reply = execute(
+        kc,
+        "import asyncio\n"
+        "async def plain_job():\n"
+        "    await asyncio.sleep(0)\n"
+        "    return 'job done'\n"
+        "plain_task = asyncio.ensure_future(plain_job())\n"
+        "await asyncio.sleep(0.05)\n"
+        "plain_result = plain_task.result()",
+    )
+    assert reply["content"]["status"] == "ok", (reply["content"].get("ename"), reply["content"].get("evalue"))
+    assert value_of(kc, "plain_result") == repr("job done")
+    # And in a plain (no await) cell, as stock, where the kernel's loop is running.
+    reply = execute(kc, "sync_task = asyncio.ensure_future(plain_job())")
+    assert reply["content"]["status"] == "ok", (reply["content"].get("ename"), reply["content"].get("evalue"))
 
 
 # -- comms ----------------------------------------------------------------------------------------
