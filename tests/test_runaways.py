@@ -33,13 +33,16 @@ input() (no answer)        SIGINT in ipykernel's input      async exception in i
                            polling loop                     loop
 await asyncio.sleep(1e6)   task cancel -> CancelledError    task cancel on the worker's loop -> CancelledError
 thread.join() forever      SIGINT                           ABANDONED after the grace
-regex backtracking         NOT stopped by interrupt_request  NOT stoppable at all: the worker holds the GIL
-                           (the control thread never gets    in one C call; the control thread cannot even
-                           the GIL to read it: no            answer; SIGINT does not help (only the main
-                           interrupt_reply) -> test fails,   thread runs signal handlers); the heartbeat
-                           see the report; a SIGINT          keeps answering; the only way out is killing
-                           (km.signal_kernel) does stop it:  the kernel
-                           _sre checks signals
+regex backtracking         one interrupt_request stops it:  NOT stoppable at all: the worker holds the GIL
+                           the Control thread starves (no   in one C call; the control thread cannot even
+                           GIL); the kernel's native GIL-   answer; SIGINT does not help (only the main
+                           yield thread sees the watchdog   thread runs signal handlers); the heartbeat
+                           stall and signals the main       keeps answering; the only way out is killing
+                           thread; _sre checks signals, the the kernel
+                           Python handler hands over the
+                           GIL, the request is read, and
+                           SIGINT raises in the cell. A
+                           plain SIGINT stops it too
 sum(range(10**12))         NOT stoppable: one C call holds  NOT stoppable (same); heartbeat alive, no
                            the GIL, no signal check; the    interrupt_reply, no execute_reply; kill
                            heartbeat (a C zmq device) keeps
@@ -291,9 +294,10 @@ def test_regex_main_mode_stopped_by_one_interrupt_request() -> None:
 
     Stock ipykernel stops it (its kernelspec interrupts by signal; _sre checks
     signals).  Ours interrupts by message: the Control thread must get the GIL
-    to read the request, and _sre never releases it.  Currently FAILS: no
-    interrupt_reply ever arrives (see test_regex_main_mode_sigint_stops_it
-    for the signal path, which works).
+    to read the request, and _sre never releases it on its own.  Without the
+    kernel's GIL yield (a native thread that signals the main thread when the
+    watchdog starves, so _sre's signal check runs Python code and hands the
+    GIL over) no interrupt_reply ever arrives.
     """
     with running_kernel("main", extra_arguments=GRACE_ARGS) as (km, kc):
         assert execute(kc, SETUP + "\nbefore_regex = 42")["content"]["status"] == "ok"
