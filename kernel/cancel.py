@@ -26,7 +26,7 @@ from typing import Callable
 from . import native
 
 # Why an execution was cancelled: the values of metadata.cancelkernel.reason.
-REASONS = ("request", "signal", "wall_budget", "quiet_budget", "deadline")
+REASONS = ("request", "signal", "wall_budget", "quiet_budget", "deadline", "shutdown")
 
 # Seconds an awaiting worker cell gets to take a task cancel before we raise in its thread.
 ASYNC_ESCALATION = 0.05
@@ -69,6 +69,7 @@ class Execution:
     abandoned_thread: str | None = None
     window: Window | None = None
     pending_scope: object | None = None  # a deadline scope that fired and has not exited yet
+    thread_id: int | None = None  # the thread that last ran this execution's user code
     ended: bool = False
     escalate_at: float | None = None  # when to raise in a worker whose task cancel did not land
     exc_class: type[CellInterrupt] = CellInterrupt
@@ -141,8 +142,11 @@ class CancellationCore:
         """Called on the exec thread just before user code; raises if already cancelled."""
         if not window.on_main_thread:
             native.open_window(execution.gen, window.thread_id)
+        execution.thread_id = window.thread_id
         execution.window = window
-        if execution.cancelled:
+        if execution.cancelled and not execution.delivered:
+            # It arrived between two statements: one interrupt is one KeyboardInterrupt,
+            # raised here; a cell that caught an earlier one goes on as with stock.
             execution.delivered = True
             raise execution.exc_class()
 
@@ -190,6 +194,7 @@ class CancellationCore:
             execution.cancel_reason = reason
             execution.cancel_time = time.monotonic()
         execution.interrupts_sent += 1
+        execution.delivered = False  # each interrupt is raised once, wherever the code is
         native.cancel(execution.gen)
 
     def _deliver(self, execution: Execution, exc_class: type[BaseException]) -> None:
@@ -223,8 +228,8 @@ class CancellationCore:
                 execution.delivered = True
 
     def _exc_for(self, execution: Execution) -> type[BaseException] | None:
-        """What to raise now: the execution's interrupt, else a fired deadline's."""
-        if execution.cancelled:
+        """What to raise now: the execution's interrupt (once), else a fired deadline's."""
+        if execution.cancelled and not execution.delivered:
             return execution.exc_class
         scope = execution.pending_scope
         if scope is not None and getattr(scope, "active", False):

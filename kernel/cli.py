@@ -39,6 +39,9 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("kernel", help="run the kernel (what kernel.json runs); takes ipykernel's options", add_help=False)
 
+    sub.add_parser("exec", help="run code under the agent policy and print the result (see `cancelkernel exec --help`)", add_help=False)
+    sub.add_parser("run", help="execute a notebook under the agent policy (see `cancelkernel run --help`)", add_help=False)
+
     p = sub.add_parser("demo", help="start the kernel, interrupt a few runaway cells, show that state survives")
     p.add_argument("--exec-thread", choices=["main", "worker", "both"], default="both", help="which mode(s) to show (default: %(default)s)")
     return parser
@@ -51,6 +54,15 @@ def main(argv: list[str] | None = None) -> int:
 
         launch(argv[1:])
         return 0
+    # The agent commands parse their own options.
+    if argv and argv[0] == "exec":
+        from .agent.cli import exec_main
+
+        return exec_main(argv[1:])
+    if argv and argv[0] == "run":
+        from .agent.cli import run_main
+
+        return run_main(argv[1:])
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command is None:

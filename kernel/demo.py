@@ -111,11 +111,9 @@ def run_demo(modes: list[str], out=sys.stdout) -> int:
     print("cancelkernel demo: every cell below runs forever until it is interrupted once.", file=out)
     with private_kernelspec():
         results = [demo_mode(mode, out) for mode in modes]
-        try:
-            from .agent.demo import demo_policy
-        except ImportError:
-            demo_policy = None
-        if demo_policy is not None:
-            demo_policy(out=out)
+        from .agent.demo import demo_policy
+
+        print("\nThe agent client's policy (cancelkernel.agent): budgets, interrupt once, restart, log", file=out)
+        results.append(demo_policy(out=out) == 0)
     print("\nAll runaway cells stopped, variables kept." if all(results) else "\nSome cells could not be stopped (see above).", file=out)
     return 0 if all(results) else 1

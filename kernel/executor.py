@@ -28,8 +28,9 @@ from .cancel import CancellationCore, CellInterrupt, Execution, Window
 
 log = logging.getLogger("cancelkernel")
 
-# Threads abandoned while blocked in C; their output is dropped (see iostream.py).
-abandoned_thread_ids: set[int] = set()
+def is_abandoned_thread() -> bool:
+    """The calling thread is an exec thread given up on: its output goes nowhere (iostream.py)."""
+    return getattr(threading.current_thread(), "abandoned", False) is True
 
 
 class Executor:
@@ -272,7 +273,7 @@ class WorkerExecutor(Executor):
             else:
                 exec(code, globals_, locals_)
             return
-        if execution.cancelled:
+        if execution.cancelled and not execution.delivered:
             execution.delivered = True
             raise execution.exc_class()
         if not self._worker.is_alive():
@@ -294,10 +295,11 @@ class WorkerExecutor(Executor):
         job = worker.job
         if job is None or job.execution is not execution or job.finished:
             return False
+        if _running_bytecode(worker):
+            return False  # it runs Python code, so it got the interrupt and swallowed it: not ours to kill
         # Give up on this thread: it keeps its pending interrupt, which fires
         # when the blocking call returns, in a thread that reports nothing.
         worker.abandoned = True
-        abandoned_thread_ids.add(worker.ident)
         self._abandoned.append(worker)
         where = _blocked_at(worker)
         execution.abandoned_thread = worker.name
@@ -309,19 +311,25 @@ class WorkerExecutor(Executor):
         return True
 
     def abandoned_threads(self) -> list[dict]:
-        alive = []
-        for worker in self._abandoned:
-            if worker.is_alive():
-                alive.append({"name": worker.name, "blocked_at": _blocked_at(worker)})
-            else:
-                abandoned_thread_ids.discard(worker.ident)
         self._abandoned = [w for w in self._abandoned if w.is_alive()]
-        return alive
+        return [{"name": w.name, "blocked_at": _blocked_at(w)} for w in self._abandoned]
 
     def shutdown(self) -> None:
         self._worker.jobs.put(None)
         if time.sleep is cooperative_sleep:
             time.sleep = _real_sleep
+
+
+def _running_bytecode(thread: threading.Thread, samples: int = 5, interval: float = 0.005) -> bool:
+    """True if the thread's innermost frame moves: it executes Python code, not one blocking C call."""
+    seen = set()
+    for _ in range(samples):
+        frame = sys._current_frames().get(thread.ident)
+        if frame is None:
+            return False
+        seen.add((id(frame), frame.f_lasti))
+        time.sleep(interval)
+    return len(seen) > 1
 
 
 def _blocked_at(thread: threading.Thread) -> str:
@@ -339,4 +347,4 @@ def make_executor(mode: str, core: CancellationCore) -> Executor:
     raise ValueError(f"unknown exec_thread mode {mode!r}; use 'main' or 'worker'")
 
 
-__all__ = ["Executor", "MainThreadExecutor", "WorkerExecutor", "make_executor", "abandoned_thread_ids", "CellInterrupt"]
+__all__ = ["Executor", "MainThreadExecutor", "WorkerExecutor", "make_executor", "is_abandoned_thread", "CellInterrupt"]

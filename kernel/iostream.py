@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import threading
 from typing import Callable
 
 from ipykernel.iostream import OutStream
 from ipykernel.zmqshell import ZMQDisplayPublisher
 
-from .executor import abandoned_thread_ids
+from .executor import is_abandoned_thread
 
 # Called with no arguments on every write that reaches a cell (set by the kernel).
 output_listeners: list[Callable[[], None]] = []
@@ -23,7 +22,7 @@ class CancelOutStream(OutStream):
     """ipykernel's OutStream; drops writes from abandoned exec threads."""
 
     def write(self, string: str) -> int | None:  # type: ignore[override]
-        if abandoned_thread_ids and threading.get_ident() in abandoned_thread_ids:
+        if is_abandoned_thread():
             return len(string)  # an abandoned thread must not print into any cell
         if string:
             output_seen()
@@ -34,13 +33,13 @@ class CancelDisplayPublisher(ZMQDisplayPublisher):
     """ipykernel's display publisher; display/clear_output count as output, abandoned threads are muted."""
 
     def publish(self, *args, **kwargs):  # type: ignore[override]
-        if abandoned_thread_ids and threading.get_ident() in abandoned_thread_ids:
+        if is_abandoned_thread():
             return None
         output_seen()
         return super().publish(*args, **kwargs)
 
     def clear_output(self, *args, **kwargs):  # type: ignore[override]
-        if abandoned_thread_ids and threading.get_ident() in abandoned_thread_ids:
+        if is_abandoned_thread():
             return None
         output_seen()
         return super().clear_output(*args, **kwargs)

@@ -248,7 +248,7 @@ class CancelKernel(IPythonKernel):
         """A budget tripped (watchdog thread): say so in the cell with the stack, interrupt ONCE."""
         assert self.core is not None
         execution = watched.execution
-        frames = self._exec_stack()
+        frames = self._exec_stack(execution)
         self._remember_stack(execution, frames, "runaway")
         act = self.on_runaway == "interrupt"
         self._publish_event(execution, events.runaway(execution, watched, reason, frames, interrupting=act))
@@ -259,7 +259,7 @@ class CancelKernel(IPythonKernel):
         """The interrupt did not stop the cell within the grace period (watchdog thread)."""
         assert self.executor is not None
         execution = watched.execution
-        frames = self._exec_stack()
+        frames = self._exec_stack(execution)
         self._remember_stack(execution, frames, "unresponsive")
         if self.executor.on_unresponsive(execution):
             self._publish_event(execution, events.abandoned(execution, frames, self.interrupt_grace))
@@ -270,9 +270,9 @@ class CancelKernel(IPythonKernel):
         """The watchdog still runs, so the GIL is free: move the GIL-proof dump later."""
         self.dumps.arm(seconds_to_trip + self.interrupt_grace)
 
-    def _exec_stack(self) -> list[stacks.Frame]:
+    def _exec_stack(self, execution: Execution | None = None) -> list[stacks.Frame]:
         assert self.executor is not None and self.shell is not None
-        thread_id = self.executor.exec_thread_id
+        thread_id = (execution.thread_id if execution is not None else None) or self.executor.exec_thread_id
         return stacks.thread_stack(thread_id, self.shell.cell_label) if thread_id else []
 
     def _remember_stack(self, execution: Execution, frames: list[stacks.Frame], why: str) -> None:
@@ -349,6 +349,11 @@ class CancelKernel(IPythonKernel):
             metadata.update(interrupted=True, reason="deadline")
         if dumped and (execution.cancelled or watched.tripped or watched.unresponsive):
             self._attach_dump(execution, dumped, metadata)
+        last = self._last_stack
+        if metadata["interrupted"] and not metadata["stack"] and last and last["execution"] == msg_id:
+            # No traceback reached the shell (the worker was abandoned): use the stack the watchdog took.
+            metadata["stack"] = last["frames"]
+            metadata["stopped_at"] = metadata["stopped_at"] or last["stopped_at"]
         metadata["budgets"] = {"wall_budget": watched.wall_budget, "quiet_budget": watched.quiet_budget, "timeout": directives.timeout}
         if watched.tripped:
             metadata["tripped"] = watched.tripped
@@ -401,7 +406,7 @@ class CancelKernel(IPythonKernel):
     def _attach_dump(self, execution: Execution, dumped: str, metadata: dict) -> None:
         """faulthandler wrote stacks while the kernel had no GIL: show the exec thread's."""
         assert self.executor is not None and self.shell is not None
-        thread_id = self.executor.exec_thread_id or 0
+        thread_id = execution.thread_id or self.executor.exec_thread_id or 0
         frames = thread_frames(dumped, thread_id, self.shell.cell_label)
         if not frames:
             return
@@ -413,12 +418,42 @@ class CancelKernel(IPythonKernel):
         self._publish_event(execution, events.dumped(execution, frames, self.dumps.path))
 
     def finish_metadata(self, parent: dict, metadata: dict, reply_content: dict) -> dict:
+        """Add our metadata; start stop_on_error aborting BEFORE the error reply leaves.
+
+        Stock ipykernel 7 sends the reply first and only then queues the marker
+        that ends aborting, so a cell sent the moment the reply arrives can be
+        answered "aborted" although it came after the error.  Queuing the marker
+        first means only requests already queued are aborted.
+        """
+        content = parent.get("content") or {}
+        if reply_content.get("status") == "error" and content.get("stop_on_error", True) and not content.get("silent"):
+            self._abort_before_reply(parent.get("header", {}).get("subshell_id"))
         metadata = super().finish_metadata(parent, metadata, reply_content)
         extra = getattr(self, "_execution_metadata", None)
         if extra is not None and extra.get("msg_id") == parent.get("header", {}).get("msg_id"):
             metadata[protocol.KEY] = extra
             self._execution_metadata = None
         return metadata
+
+    def _abort_before_reply(self, subshell_id: str | None) -> None:
+        if subshell_id is not None or not self.shell_channel_thread:
+            return  # stock's own _abort_queues handles these
+        self._aborting = True
+        queued = threading.Event()
+
+        def post_marker() -> None:
+            self._post_dummy_stop_aborting_message(None)
+            queued.set()
+
+        self.shell_channel_thread.io_loop.add_callback(post_marker)
+        if queued.wait(1.0):
+            self._aborted_before_reply = True
+
+    def _abort_queues(self, subshell_id: str | None = None) -> None:
+        if subshell_id is None and getattr(self, "_aborted_before_reply", False):
+            self._aborted_before_reply = False  # already done before the reply was sent
+            return
+        super()._abort_queues(subshell_id)
 
     def _escaped_interrupt_reply(self, execution: Execution, exc: BaseException) -> dict:
         ename = "CancelledError" if isinstance(exc, asyncio.CancelledError) else "KeyboardInterrupt"
@@ -516,7 +551,10 @@ class CancelKernel(IPythonKernel):
     # -- shutdown --
 
     async def shutdown_request(self, stream: t.Any, ident: t.Any, parent: dict) -> None:
+        """Shut down, interrupting a running cell first: its loop must get back to the kernel to exit."""
         self._shutting_down = True
+        if self.core is not None:
+            self.core.cancel(None, "shutdown")
         await super().shutdown_request(stream, ident, parent)
 
     def do_shutdown(self, restart: bool) -> dict:

@@ -141,6 +141,7 @@ _REASON_TEXT = {
     "wall_budget": "because the cell ran past its wall budget",
     "quiet_budget": "because the cell was silent past its quiet budget",
     "deadline": "because a deadline passed",
+    "shutdown": "because the kernel is shutting down",
 }
 
 

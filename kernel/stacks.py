@@ -85,7 +85,9 @@ def frames_from_frame(frame: types.FrameType | None, cell_label: Callable[[str],
             out.append(_frame(code, frame.f_lineno, cell_label))
         frame = frame.f_back
     out.reverse()
-    return out[-MAX_FRAMES:]
+    # Frames outside the outermost cell are the event loop's and the kernel's plumbing.
+    first_cell = next((i for i, f in enumerate(out) if f.label != f.filename), 0)
+    return out[first_cell:][-MAX_FRAMES:]
 
 
 def stopped_at(frames: Iterable[Frame]) -> str | None:

@@ -26,7 +26,7 @@ HANG = 10.0
 API = [
     "available", "begin", "end", "cancel", "running_gen", "cancel_requested", "raise_if_cancelled",
     "cancellable_sleep", "flag_address", "expect_sigint", "take_sigint_arrival", "install_sigint_handler",
-    "sigint_handler_installed", "open_window", "close_window", "raise_in_window",
+    "sigint_handler_installed", "open_window", "close_window", "raise_in_window", "start_gil_yield", "gil_heartbeat",
 ]
 
 
