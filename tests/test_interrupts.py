@@ -427,7 +427,8 @@ def _shutdown_then_interrupt(km, kc, target: str | None) -> None:
     kc.control_channel.send(shutdown)
     interrupt_id = send_interrupt(kc, target)
     answers = {}
-    deadline = time.monotonic() + 8
+    sent_at = time.monotonic()
+    deadline = sent_at + 8
     while time.monotonic() < deadline and interrupt_id not in answers and km.is_alive():
         try:
             msg = kc.control_channel.get_msg(timeout=0.2)
@@ -445,7 +446,9 @@ def _shutdown_then_interrupt(km, kc, target: str | None) -> None:
         assert content["status"] == "error" and "shutting down" in content["evalue"], content
     else:
         assert not km.is_alive(), (
-            "8 s after shutdown_request the kernel is still alive and has not answered the interrupt_request"
+            f"{time.monotonic() - sent_at:.1f} s after shutdown_request the kernel is still alive and has not "
+            f"answered the interrupt_request (control replies received: "
+            f"{[m['msg_type'] for m in answers.values()]})"
         )
     if shutdown["header"]["msg_id"] not in answers:
         with contextlib.suppress(queue.Empty):
