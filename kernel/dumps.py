@@ -72,6 +72,19 @@ class DumpFile:
             faulthandler.cancel_dump_traceback_later()
             self._armed = False
 
+    def take(self) -> str:
+        """What was dumped since the last take (usually nothing: one fstat), then empty the file."""
+        if self._file is None:
+            return ""
+        try:
+            if os.fstat(self._file.fileno()).st_size == 0:
+                return ""
+        except OSError:
+            return ""
+        text = self.read()
+        self.clear()
+        return text
+
     def read(self) -> str:
         if self._file is None:
             return ""

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-import queue
 import sys
 import threading
 import time
@@ -122,62 +121,80 @@ class _Job:
 
 
 class _Worker(threading.Thread):
-    """One persistent exec thread; thread-locals and sqlite connections live here."""
+    """One persistent exec thread running its own asyncio loop, as the main thread does in stock.
+
+    Cells run as callbacks of that loop (sync cells) or as tasks on it (await
+    cells), so thread-locals, sqlite connections and asyncio tasks a cell
+    started all live on between cells.
+    """
 
     def __init__(self, core: CancellationCore, number: int):
         super().__init__(name=f"cancelkernel-exec-{number}", daemon=True)
         self.core = core
-        self.jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self.job: _Job | None = None
         self.abandoned = False
-        self.loop: asyncio.AbstractEventLoop | None = None
+        self.stopping = False
+        self.loop = asyncio.new_event_loop()
         # Set by the core when it delivers an interrupt: wakes cooperative_sleep.
         self.waker = threading.Event()
 
+    def submit(self, job: _Job) -> None:
+        self.loop.call_soon_threadsafe(self._start, job)
+
+    def stop(self) -> None:
+        self.stopping = True
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
     def run(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        while not self.abandoned:
+        asyncio.set_event_loop(self.loop)
+        while not (self.abandoned or self.stopping):
             try:
-                self._serve()
-                return
-            except BaseException as exc:  # noqa: BLE001 - a late interrupt in our own bookkeeping
+                self.loop.run_forever()
+            except BaseException as exc:  # noqa: BLE001 - a late interrupt escaped a callback
                 job = self.job
                 if job is not None and not job.finished:
                     job.error = job.error or exc
                     self._finish(job)
 
-    def _serve(self) -> None:
-        while True:
-            job = self.jobs.get()
-            if job is None or self.abandoned:
-                return
-            self.job = job
-            job.context.run(self._run_job, job)
-            self._finish(job)
-            self.job = None
-            if self.abandoned:
-                return
-
-    def _run_job(self, job: _Job) -> None:
+    def _start(self, job: _Job) -> None:
+        self.job = job
         self.waker.clear()
-        window = job.window = Window(self.ident, on_main_thread=False, code=job.code, waker=self.waker)
+        job.window = Window(self.ident, on_main_thread=False, code=job.code, waker=self.waker)
+        if job.async_:
+            job.context.run(self._start_async, job)
+            if job.error is not None:
+                self._finish(job)
+        else:
+            job.context.run(self._run_sync, job)
+            self._finish(job)
+
+    def _run_sync(self, job: _Job) -> None:
         try:
-            if job.async_:
-                assert self.loop is not None
-                asyncio.set_event_loop(self.loop)
-                coro = eval(job.code, job.globals_, job.locals_)
-                task = self.loop.create_task(coro)
-                window.task, window.loop = task, self.loop
-                self.core.open_window(job.execution, window)
-                try:
-                    self.loop.run_until_complete(task)
-                finally:
-                    _settle(self.loop, task)
-            else:
-                self.core.open_window(job.execution, window)
-                exec(job.code, job.globals_, job.locals_)
+            self.core.open_window(job.execution, job.window)
+            exec(job.code, job.globals_, job.locals_)
         except BaseException as exc:  # noqa: BLE001 - handed to the main thread as is
             job.error = exc
+
+    def _start_async(self, job: _Job) -> None:
+        window = job.window
+        try:
+            coro = eval(job.code, job.globals_, job.locals_)
+            task = self.loop.create_task(coro)  # copies this (the cell's) context
+            window.task, window.loop = task, self.loop
+            self.core.open_window(job.execution, window)
+        except BaseException as exc:  # noqa: BLE001
+            job.error = exc
+            if window.task is not None:
+                window.task.cancel()
+            return
+        task.add_done_callback(lambda done: self._async_done(job, done))
+
+    def _async_done(self, job: _Job, task: asyncio.Future) -> None:
+        try:
+            task.result()
+        except BaseException as exc:  # noqa: BLE001 - CancelledError included
+            job.error = exc
+        self._finish(job)
 
     def _finish(self, job: _Job) -> None:
         # After close_window no interrupt can reach this thread any more.
@@ -186,21 +203,12 @@ class _Worker(threading.Thread):
         if late_interrupt is not None and job.error is None:
             job.error = late_interrupt
         job.finished = True
+        self.job = None
         if self.abandoned:
-            return  # the main thread has moved on: report nothing, touch nothing
+            self.loop.stop()  # the main thread has moved on: report nothing, touch nothing, end
+            return
         error = _trim(job.error) if job.error is not None else None
         job.loop.call_soon_threadsafe(_resolve, job.future, error)
-
-
-def _settle(loop: asyncio.AbstractEventLoop, task: asyncio.Future) -> None:
-    """An interrupt may leave the task pending inside the loop: cancel and drain it."""
-    if task.done():
-        return
-    task.cancel()
-    try:
-        loop.run_until_complete(asyncio.wait([task], timeout=1.0))
-    except BaseException:  # noqa: BLE001
-        pass
 
 
 def _resolve(future: asyncio.Future, error: BaseException | None) -> None:
@@ -281,7 +289,7 @@ class WorkerExecutor(Executor):
             self._worker = self._new_worker()
         loop = asyncio.get_running_loop()
         job = _Job(execution, code, async_, globals_, locals_, contextvars.copy_context(), loop, loop.create_future())
-        self._worker.jobs.put(job)
+        self._worker.submit(job)
         error = await job.future
         if error is not None:  # pragma: no cover - _resolve sets exceptions, not results
             raise error
@@ -295,6 +303,8 @@ class WorkerExecutor(Executor):
         job = worker.job
         if job is None or job.execution is not execution or job.finished:
             return False
+        if job.async_:
+            return False  # its loop still runs: the task ignores its cancel, the thread is fine
         if _running_bytecode(worker):
             return False  # it runs Python code, so it got the interrupt and swallowed it: not ours to kill
         # Give up on this thread: it keeps its pending interrupt, which fires
@@ -315,7 +325,7 @@ class WorkerExecutor(Executor):
         return [{"name": w.name, "blocked_at": _blocked_at(w)} for w in self._abandoned]
 
     def shutdown(self) -> None:
-        self._worker.jobs.put(None)
+        self._worker.stop()
         if time.sleep is cooperative_sleep:
             time.sleep = _real_sleep
 

@@ -66,14 +66,16 @@ def _frame(code: types.CodeType, lineno: int | None, cell_label: Callable[[str],
 
 
 def frames_from_traceback(tb: types.TracebackType | None, cell_label: Callable[[str], str | None]) -> list[Frame]:
-    """The non-machinery frames of a traceback, innermost last."""
-    out = []
+    """The non-machinery frames of a traceback, innermost last (cost: the frames kept, not the depth)."""
+    raw = []
     while tb is not None:
         code = tb.tb_frame.f_code
         if not is_machinery(code.co_filename):
-            out.append(_frame(code, tb.tb_lineno, cell_label))
+            raw.append((code, tb.tb_lineno))
+            if len(raw) > 2 * MAX_FRAMES:
+                del raw[:MAX_FRAMES]  # keep the list short however deep the stack is
         tb = tb.tb_next
-    return out[-MAX_FRAMES:]
+    return [_frame(code, lineno, cell_label) for code, lineno in raw[-MAX_FRAMES:]]
 
 
 def frames_from_frame(frame: types.FrameType | None, cell_label: Callable[[str], str | None]) -> list[Frame]:
