@@ -260,6 +260,37 @@ def test_a_cell_that_catches_its_interrupt_carries_on(kernel) -> None:
     assert execute(kc, "time.sleep(0.3)\nnext_ok = 1")["content"]["status"] == "ok"
 
 
+@pytest.mark.parametrize("runaway", ["await asyncio.sleep(10**6)", BUSY, "time.sleep(10**6)"])
+def test_interrupt_spares_asyncio_tasks_of_earlier_cells(quick_kernel, mode: str, runaway: str) -> None:
+    """A task an earlier cell started is not the interrupted execution: it keeps running.
+
+    (Not for the calls that make worker mode abandon its exec thread: the
+    abandoned thread's event loop, and every task on it, stays blocked with it.)
+    """
+    km, kc = quick_kernel
+    setup = (
+        "import asyncio\n"
+        "ticks = []\n"
+        "async def ticker():\n"
+        "    while True:\n"
+        "        ticks.append(1)\n"
+        "        await asyncio.sleep(0.02)\n"
+        "background = asyncio.ensure_future(ticker())\n"
+        "await asyncio.sleep(0.05)"
+    )
+    assert execute(kc, setup)["content"]["status"] == "ok"
+    msg_id = kc.execute(runaway, stop_on_error=False)
+    time.sleep(0.3)
+    assert interrupt(kc, msg_id)["interrupted"] is True
+    reply = wait_reply(kc, msg_id)
+    assert reply["content"]["status"] == "error"
+    assert reply["content"]["ename"] == ("CancelledError" if runaway.startswith("await") else "KeyboardInterrupt")
+    before = int(user_expr(kc, "len(ticks)"))
+    time.sleep(0.4)
+    assert user_expr(kc, "background.done()") == "False"
+    assert int(user_expr(kc, "len(ticks)")) > before + 5, "the background task stopped ticking"
+
+
 # -- SIGINT (interrupt_mode "signal", kill -INT) ------------------------------------------
 
 
