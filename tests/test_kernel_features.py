@@ -110,8 +110,16 @@ def test_history(kc) -> None:
     reply = shell_reply(kc, kc.history(hist_access_type="tail", n=3, raw=True, output=False))
     assert reply["content"]["status"] == "ok"
     assert [entry[2] for entry in reply["content"]["history"]] == codes
+    tail = reply["content"]["history"]
     reply = shell_reply(kc, kc.history(hist_access_type="search", pattern="history_probe_1*", raw=True, output=False))
     assert any(entry[2] == codes[1] for entry in reply["content"]["history"])
+    # "range" over the current session (IPython numbers it 0 in range replies, as stock does).
+    first_line = tail[0][1]
+    reply = shell_reply(
+        kc, kc.history(hist_access_type="range", session=0, start=first_line, stop=first_line + 3, raw=True, output=False)
+    )
+    assert reply["content"]["status"] == "ok"
+    assert [entry[2] for entry in reply["content"]["history"]] == codes
 
 
 # -- magics ------------------------------------------------------------------------------------
