@@ -63,6 +63,8 @@ class DumpFile:
         """Dump every thread's stack in `seconds` unless disarmed first (works with the GIL held)."""
         if self._file is None:
             return
+        # Cancel first: it waits for a dump in progress, which the truncation would cut.
+        faulthandler.cancel_dump_traceback_later()
         self.clear()
         faulthandler.dump_traceback_later(max(seconds, 0.001), repeat=False, file=self._file, exit=False)
         self._armed = True

@@ -8,6 +8,7 @@ executor runs code, the watchdog watches it, the core stops it.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import sys
 import threading
@@ -128,6 +129,7 @@ class CancelKernel(IPythonKernel):
         deadlines.runtime = self.watchdog
         deadlines.cell_label = self.shell.cell_label
         iostream.output_listeners.append(self.watchdog.output_seen)
+        _log_to(self.log)
         self.dumps = DumpFile(self._dump_path())
         self._shutting_down = False
         self._last_stack: dict | None = None
@@ -568,6 +570,15 @@ class CancelKernel(IPythonKernel):
         if self.executor is not None:
             self.executor.shutdown()
         return super().do_shutdown(restart)
+
+
+def _log_to(app_log: logging.Logger) -> None:
+    """Our log lines go where the kernel's own go (the server's log), never into a cell's stderr."""
+    ours = logging.getLogger("cancelkernel")
+    for handler in app_log.handlers:
+        if handler not in ours.handlers:
+            ours.addHandler(handler)
+    ours.propagate = False
 
 
 def _state(execution: Execution, watched: Watched | None) -> str:

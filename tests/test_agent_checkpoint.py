@@ -1,9 +1,4 @@
-"""Checkpoints through the agent client: state restored after a restart (wedge or death).
-
-Uses our kernel's `checkpoint_request` when kernel.py is wired (issue 5); until
-then the test-only CheckpointWiredKernel (tests/checkpoint_wired_kernel.py)
-that adds exactly that wiring.
-"""
+"""Checkpoints through the agent client: state restored after a restart (wedge or death)."""
 
 from __future__ import annotations
 
@@ -17,23 +12,15 @@ from cancelkernel.agent import read_log
 
 pytestmark = pytest.mark.timeout(120)
 
-TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 
-
-def _wired_kwargs(tmp_path: Any) -> dict[str, Any]:
-    from cancelkernel.kernel import CancelKernel
-
-    args = kernel_args("cancelkernel")
+def _checkpoint_kwargs(tmp_path: Any) -> dict[str, Any]:
     env = {"JUPYTER_RUNTIME_DIR": str(tmp_path)}  # checkpoints go to the test's directory
-    if "checkpoint_request" not in CancelKernel.msg_types:
-        args.append("--CancelKernelApp.kernel_class=checkpoint_wired_kernel.CheckpointWiredKernel")
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [TESTS_DIR, os.environ.get("PYTHONPATH")]))
-    return {"extra_arguments": args, "env": env}
+    return {"extra_arguments": kernel_args("cancelkernel"), "env": env}
 
 
 def test_before_risky_checkpoint_is_restored_after_a_wedge(tmp_path: Any) -> None:
     log = os.path.join(str(tmp_path), "agent.jsonl")
-    with agent("cancelkernel", checkpoint="before-risky", log=log, **_wired_kwargs(tmp_path)) as ak:
+    with agent("cancelkernel", checkpoint="before-risky", log=log, **_checkpoint_kwargs(tmp_path)) as ak:
         assert ak.checkpoints.available
         setup = ak.run("import json as js\ndata = bytes(10 * 2**20)\nrows = {'n': 3}\ndef double(v):\n    return 2 * v")
         assert setup.status == "ok"
@@ -48,7 +35,7 @@ def test_before_risky_checkpoint_is_restored_after_a_wedge(tmp_path: Any) -> Non
 
 
 def test_after_ok_checkpoint_is_restored_after_death(tmp_path: Any) -> None:
-    with agent("cancelkernel", checkpoint="after-ok", **_wired_kwargs(tmp_path)) as ak:
+    with agent("cancelkernel", checkpoint="after-ok", **_checkpoint_kwargs(tmp_path)) as ak:
         assert ak.run("total = 7").status == "ok"
         died = ak.run("import os\nos._exit(1)")
         assert (died.status, died.state) == ("died", "restored")
@@ -57,7 +44,7 @@ def test_after_ok_checkpoint_is_restored_after_death(tmp_path: Any) -> None:
 
 
 def test_explicit_save_list_restore_drop(tmp_path: Any) -> None:
-    with agent("cancelkernel", **_wired_kwargs(tmp_path)) as ak:
+    with agent("cancelkernel", **_checkpoint_kwargs(tmp_path)) as ak:
         ak.run("a = 1")
         saved = ak.save_checkpoint("first")
         assert saved["name"] == "first" and "a" in saved.get("saved", ["a"])

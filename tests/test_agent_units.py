@@ -218,7 +218,7 @@ class _FakeLink:
 
 
 def test_checkpoint_restore_reply_is_read() -> None:
-    link = _FakeLink(["checkpoints"], {"status": "ok", "action": "restore", "name": "default", "restored": ["a", "b"], "skipped": [{"name": "lock", "reason": "unpicklable"}]})
+    link = _FakeLink(["checkpoint"], {"status": "ok", "action": "restore", "name": "default", "restored": ["a", "b"], "skipped": [{"name": "lock", "reason": "unpicklable"}]})
     cp = Checkpoints(link)  # type: ignore[arg-type]
     restored = cp.restore_latest()
     assert link.sent == [("checkpoint_request", {"action": "restore"})]
@@ -228,7 +228,7 @@ def test_checkpoint_restore_reply_is_read() -> None:
 
 def test_checkpoint_absent_or_failing_means_lost() -> None:
     assert Checkpoints(_FakeLink([], None)).restore_latest().state == "lost"  # type: ignore[arg-type]
-    failing = _FakeLink(["checkpoints"], {"status": "error", "ename": "CheckpointError", "evalue": "no checkpoint"})
+    failing = _FakeLink(["checkpoint"], {"status": "error", "ename": "CheckpointError", "evalue": "no checkpoint"})
     restored = Checkpoints(failing).restore_latest()  # type: ignore[arg-type]
     assert restored.state == "lost" and "no checkpoint" in (restored.note or "")
 

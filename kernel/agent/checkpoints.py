@@ -16,9 +16,9 @@ from .kernel import KernelLink
 from .policy import Restored
 
 MODES = ("off", "before-risky", "after-ok")
-FEATURES = ("checkpoint", "checkpoints")  # the kernel advertises the first; an early test kernel the second
-REQUEST = getattr(protocol, "CHECKPOINT_REQUEST", "checkpoint_request")
-REPLY = getattr(protocol, "CHECKPOINT_REPLY", "checkpoint_reply")
+FEATURE = "checkpoint"  # as kernel_info_reply advertises it (protocol.FEATURES)
+REQUEST = protocol.CHECKPOINT_REQUEST
+REPLY = protocol.CHECKPOINT_REPLY
 
 
 class Checkpoints:
@@ -31,7 +31,7 @@ class Checkpoints:
 
     @property
     def available(self) -> bool:
-        return any(self.link.info.has(f) for f in FEATURES)
+        return self.link.info.has(FEATURE)
 
     def request(self, action: str, name: str | None = None) -> dict[str, t.Any]:
         if not self.available:

@@ -29,7 +29,7 @@ from .policy import CellPlan, Policy, Restored
 from .result import CellResult
 
 # Feature our kernel advertises when it enforces budgets from execute_request metadata (issue 4).
-BUDGET_FEATURES = ("budgets", "watchdog")
+BUDGET_FEATURE = "budgets"
 
 
 class AgentKernel:
@@ -211,7 +211,7 @@ class AgentKernel:
             quiet_budget=t.cast("float | None", quiet_v),
             may_interrupt=may_interrupt,
         )
-        if may_interrupt and self.kernel_budgets and any(self.info.has(f) for f in BUDGET_FEATURES) and (wall_v or quiet_v):
+        if may_interrupt and self.kernel_budgets and self.info.has(BUDGET_FEATURE) and (wall_v or quiet_v):
             budgets = {k: v for k, v in (("wall_budget", wall_v), ("quiet_budget", quiet_v)) if v}
             plan.kernel_metadata = {"cancelkernel": budgets}
             plan.kernel_enforces = True
