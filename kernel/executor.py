@@ -63,6 +63,15 @@ class Executor:
         pass
 
 
+async def run_here(code: types.CodeType, async_: bool, globals_: dict, locals_: Any) -> None:
+    """Run on the calling thread with no window: outside any execution, or nested in one."""
+    __tracebackhide__ = True
+    if async_:
+        await eval(code, globals_, locals_)
+    else:
+        exec(code, globals_, locals_)
+
+
 def _nested(execution: Execution | None) -> bool:
     # run_code called from inside user code (%%capture, nested run_cell): stay where we are.
     window = execution.window if execution is not None else None
@@ -78,10 +87,7 @@ class MainThreadExecutor(Executor):
         __tracebackhide__ = True
         execution = self.core.current
         if execution is None or _nested(execution):
-            if async_:
-                await eval(code, globals_, locals_)
-            else:
-                exec(code, globals_, locals_)
+            await run_here(code, async_, globals_, locals_)
             return
         window = Window(threading.get_ident(), on_main_thread=True, code=code)
         if async_:
@@ -276,10 +282,7 @@ class WorkerExecutor(Executor):
         __tracebackhide__ = True
         execution = self.core.current
         if execution is None or _nested(execution):
-            if async_:
-                await eval(code, globals_, locals_)
-            else:
-                exec(code, globals_, locals_)
+            await run_here(code, async_, globals_, locals_)
             return
         if execution.cancelled and not execution.delivered:
             execution.delivered = True

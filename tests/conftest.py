@@ -111,6 +111,34 @@ def outputs(kc: BlockingKernelClient, msg_id: str, *, timeout: float = REPLY_TIM
     raise TimeoutError(f"no idle status for {msg_id} within {timeout} s")
 
 
+def send_execute(kc: BlockingKernelClient, code: str, *, metadata: dict | None = None, stop_on_error: bool = False) -> str:
+    """Send an execute_request (with request metadata, which kc.execute cannot set); return its msg_id."""
+    msg = kc.session.msg(
+        "execute_request",
+        {"code": code, "silent": False, "store_history": True, "user_expressions": {}, "allow_stdin": False, "stop_on_error": stop_on_error},
+        metadata=metadata or {},
+    )
+    kc.shell_channel.send(msg)
+    return msg["header"]["msg_id"]
+
+
+def run_cell(kc: BlockingKernelClient, code: str, *, metadata: dict | None = None, timeout: float = REPLY_TIMEOUT) -> tuple[dict, list[dict]]:
+    """Execute and collect (execute_reply, the request's iopub messages)."""
+    msg_id = send_execute(kc, code, metadata=metadata)
+    found = outputs(kc, msg_id, timeout=timeout)
+    return wait_reply(kc, msg_id, timeout=timeout), found
+
+
+def drain(kc: BlockingKernelClient) -> None:
+    """Drop whatever earlier requests left on every channel (late iopub, stdin requests)."""
+    for channel in (kc.iopub_channel, kc.shell_channel, kc.stdin_channel, kc.control_channel):
+        while True:
+            try:
+                channel.get_msg(timeout=0)
+            except queue.Empty:
+                break
+
+
 def control_request(kc: BlockingKernelClient, msg_type: str, content: dict | None = None, *, timeout: float = REPLY_TIMEOUT) -> dict:
     """Send a request on the control channel and return its reply."""
     msg = kc.session.msg(msg_type, content or {})

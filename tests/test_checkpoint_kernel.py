@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import MODES, REPLY_TIMEOUT, outputs, running_kernel, wait_reply
+from conftest import MODES, REPLY_TIMEOUT, outputs, running_kernel, send_execute, wait_reply
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
@@ -31,13 +31,7 @@ def checkpoint_kernel(
 
 def run(kc: BlockingKernelClient, code: str, *, metadata: dict | None = None, timeout: float = REPLY_TIMEOUT) -> dict:
     """Run a cell; return {"reply": execute_reply, "stdout": ..., "stderr": ..., "error": error content or None}."""
-    msg = kc.session.msg(
-        "execute_request",
-        {"code": code, "silent": False, "store_history": True, "user_expressions": {}, "allow_stdin": False, "stop_on_error": False},
-        metadata=metadata or {},
-    )
-    kc.shell_channel.send(msg)
-    msg_id = msg["header"]["msg_id"]
+    msg_id = send_execute(kc, code, metadata=metadata)
     reply = wait_reply(kc, msg_id, timeout=timeout)
     found = outputs(kc, msg_id, timeout=timeout)
     text = {"stdout": "", "stderr": ""}

@@ -16,7 +16,7 @@ import tempfile
 import time
 
 import pytest
-from conftest import MODES, REPLY_TIMEOUT, execute, interrupt, outputs, running_kernel, wait_reply
+from conftest import MODES, REPLY_TIMEOUT, drain, execute, interrupt, outputs, running_kernel, wait_reply
 
 
 @pytest.fixture(scope="module", params=MODES)
@@ -34,12 +34,7 @@ def fk(request):
 def kc(fk):
     """The module kernel's client, with stale messages drained."""
     _mode, _km, client = fk
-    for channel in (client.iopub_channel, client.shell_channel, client.stdin_channel, client.control_channel):
-        while True:
-            try:
-                channel.get_msg(timeout=0)
-            except queue.Empty:
-                break
+    drain(client)
     return client
 
 

@@ -60,7 +60,7 @@ import tempfile
 import time
 
 import pytest
-from conftest import MODES, execute, interrupt, running_kernel, wait_reply
+from conftest import MODES, drain, execute, interrupt, running_kernel, wait_reply
 
 GRACE = 0.3
 GRACE_ARGS = [f"--CancelKernel.interrupt_grace={GRACE}"]
@@ -203,13 +203,7 @@ class _Pool:
             assert execute(kc, SETUP)["content"]["status"] == "ok"
             entry = self._kernels[mode] = (km, kc, stack)
         km, kc, _ = entry
-        # Leftovers of the previous test (stdin requests, late iopub) must not confuse this one.
-        for channel in (kc.iopub_channel, kc.stdin_channel, kc.control_channel, kc.shell_channel):
-            while True:
-                try:
-                    channel.get_msg(timeout=0)
-                except queue.Empty:
-                    break
+        drain(kc)  # leftovers of the previous test (stdin requests, late iopub) must not confuse this one
         return km, kc
 
     @staticmethod

@@ -8,24 +8,14 @@ import signal
 import time
 
 import pytest
-from conftest import MODES, control_request, interrupt, outputs, running_kernel, wait_reply
+from conftest import MODES, control_request, interrupt, run_cell, running_kernel, wait_reply
 
 from cancelkernel import protocol
 
 GRACE = ["--CancelKernel.interrupt_grace=0.5"]
 
 
-def run(kc, code: str, *, metadata: dict | None = None, timeout: float = 30) -> tuple[dict, list[dict]]:
-    """Execute and collect (reply, iopub messages)."""
-    msg = kc.session.msg(
-        "execute_request",
-        {"code": code, "silent": False, "store_history": True, "user_expressions": {}, "allow_stdin": False, "stop_on_error": False},
-        metadata=metadata or {},
-    )
-    kc.shell_channel.send(msg)
-    msg_id = msg["header"]["msg_id"]
-    found = outputs(kc, msg_id, timeout=timeout)
-    return wait_reply(kc, msg_id, timeout=timeout), found
+run = run_cell
 
 
 def events(found: list[dict]) -> list[dict]:
