@@ -19,15 +19,16 @@ from jupyter_client.manager import KernelManager
 
 from .install import install
 
-# (what the cell does, code) — each runs until interrupted.
+# (what the cell does, code, modes that cannot stop it) — each runs until interrupted.
 RUNAWAYS = [
-    ("a Python loop", "while True:\n    pass"),
-    ("time.sleep", "import time\ntime.sleep(10**6)"),
-    ("Event.wait", "import threading\nthreading.Event().wait()"),
-    ("socket recv", "import socket\na, b = socket.socketpair()\na.recv(1)"),
-    ("a subprocess", "import subprocess\nsubprocess.run(['sleep', '1000'])"),
-    ("await asyncio.sleep", "import asyncio\nawait asyncio.sleep(10**6)"),
-    ("regex backtracking", "import re\nre.match(r'(a+)+$', 'a' * 40 + 'b')"),
+    ("a Python loop", "while True:\n    pass", ()),
+    ("time.sleep", "import time\ntime.sleep(10**6)", ()),
+    ("Event.wait", "import threading\nthreading.Event().wait()", ()),
+    ("socket recv", "import socket\na, b = socket.socketpair()\na.recv(1)", ()),
+    ("a subprocess", "import subprocess\nsubprocess.run(['sleep', '1000'])", ()),
+    ("await asyncio.sleep", "import asyncio\nawait asyncio.sleep(10**6)", ()),
+    # The regex engine holds the GIL; only the main thread runs signal handlers that can make it let go.
+    ("regex backtracking", "import re\nre.match(r'(a+)+$', 'a' * 40 + 'b')", ("worker",)),
 ]
 REPEATS = 3
 
@@ -78,7 +79,7 @@ def demo_mode(mode: str, out=sys.stdout) -> bool:
         _reply(kc, setup, 30)
         print(f"\n== exec_thread={mode}: user code on the {'main thread' if mode == 'main' else 'worker thread'}", file=out)
         print(f"   {'runaway cell':24} {'stopped by':10} {'interrupt -> reply (median of 3)':34} state", file=out)
-        for label, code in RUNAWAYS:
+        for label, code, cannot in RUNAWAYS:
             times, how, survived = [], "", True
             for _ in range(REPEATS):
                 msg_id = kc.execute(code, stop_on_error=False)
@@ -87,9 +88,10 @@ def demo_mode(mode: str, out=sys.stdout) -> bool:
                 _interrupt(kc, msg_id)
                 reply = _reply(kc, msg_id, 10)
                 if reply is None:
-                    how = "NOT stopped (restarting the kernel)"
+                    how = "cannot be stopped in this mode: kernel restarted" if mode in cannot else "NOT stopped: kernel restarted"
                     km.restart_kernel(now=True)
                     kc.wait_for_ready(timeout=60)
+                    _reply(kc, kc.execute("survivor = 'still here'", stop_on_error=False), 30)
                     survived = False
                     break
                 times.append((time.perf_counter() - start) * 1000)
@@ -97,10 +99,13 @@ def demo_mode(mode: str, out=sys.stdout) -> bool:
                 how = "abandon" if meta.get("abandoned_thread") else reply["content"].get("ename", "?")
                 check = kc.execute("print(survivor)", stop_on_error=False)
                 survived = survived and (_reply(kc, check, 10) or {}).get("content", {}).get("status") == "ok"
-            ok = ok and bool(times) and survived
-            timing = f"{statistics.median(times):8.1f} ms" if times else "       -"
+            if not times:
+                ok = ok and mode in cannot  # a known limit is shown, not a failure
+                print(f"   {label:24} {how} (state lost)", file=out)
+                continue
+            ok = ok and survived
             how = {"KeyboardInterrupt": "interrupt", "CancelledError": "cancel"}.get(how, how)
-            print(f"   {label:24} {how:10} {timing:34} {'kept' if survived else 'LOST'}", file=out)
+            print(f"   {label:24} {how:10} {statistics.median(times):8.1f} ms{'':26}{'kept' if survived else 'LOST'}", file=out)
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
@@ -115,5 +120,5 @@ def run_demo(modes: list[str], out=sys.stdout) -> int:
 
         print("\nThe agent client's policy (cancelkernel.agent): budgets, interrupt once, restart, log", file=out)
         results.append(demo_policy(out=out) == 0)
-    print("\nAll runaway cells stopped, variables kept." if all(results) else "\nSome cells could not be stopped (see above).", file=out)
+    print("\nEverything behaved as expected." if all(results) else "\nSomething did not behave as expected (see above).", file=out)
     return 0 if all(results) else 1
