@@ -8,6 +8,7 @@ executor runs code, the watchdog watches it, the core stops it.
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import logging
 import os
 import sys
@@ -29,6 +30,10 @@ from .dumps import DumpFile, thread_frames
 from .executor import Executor, make_executor
 from .shell import CancelShell, interrupt_message
 from .watchdog import Watchdog, Watched
+
+
+# Seconds after a shutdown_request by which the kernel process is gone, whatever hangs.
+SHUTDOWN_DEADLINE = 3.0
 
 
 class CancelKernel(IPythonKernel):
@@ -565,6 +570,13 @@ class CancelKernel(IPythonKernel):
     def do_shutdown(self, restart: bool) -> dict:
         self._shutting_down = True
         self.dumps.close()
+        # A teardown step that hangs (a thread join, a locked history database) must not
+        # keep a kernel alive that said it shuts down: faulthandler's C thread logs the
+        # stacks to the server log and ends the process if it is still here then.
+        try:
+            faulthandler.dump_traceback_later(SHUTDOWN_DEADLINE, exit=True, file=sys.__stderr__)
+        except (AttributeError, ValueError, RuntimeError):  # no usable stderr: jupyter_client's kill remains
+            pass
         if self.watchdog is not None:
             self.watchdog.stop()
         if self.executor is not None:
