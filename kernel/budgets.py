@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 _UNITS = {"": 1.0, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 _DURATION = re.compile(r"^\s*([-+]?(?:[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?|inf|nan))\s*([a-z]*)\s*$")
@@ -30,7 +30,6 @@ class CellDirectives:
     timeout: float | None = None
     checkpoint: str | None = None
     source_line: str | None = None
-    extra: dict = field(default_factory=dict)
 
 
 def parse_duration(text: object, what: str) -> float:
@@ -57,9 +56,8 @@ def first_directive_line(code: str) -> str | None:
         stripped = line.strip()
         if not stripped:
             continue
-        if stripped.startswith("%%") and stripped[2:].split(None, 1)[0:1] and stripped[2:].split(None, 1)[0] in DIRECTIVES:
-            return stripped
-        return None
+        name = stripped[2:].split(None, 1)[0] if stripped.startswith("%%") and len(stripped) > 2 else ""
+        return stripped if name in DIRECTIVES else None
     return None
 
 

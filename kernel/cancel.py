@@ -48,7 +48,6 @@ class Window:
 
     thread_id: int
     on_main_thread: bool
-    code: types.CodeType | None = None
     task: asyncio.Future | None = None
     loop: asyncio.AbstractEventLoop | None = None
     waker: threading.Event | None = None  # set on delivery: wakes a worker's cooperative time.sleep
@@ -104,7 +103,6 @@ class CancellationCore:
         self._signal_children = signal_children
         self._on_cancel = on_cancel
         self._run_code_codes: set[types.CodeType] = set()
-        self._sigint_installed = False
 
     # -- lifetime of an execution (called by the executor, on the kernel's main thread) --
 
@@ -287,7 +285,6 @@ class CancellationCore:
         """Own SIGINT on the main thread (and chain the native C handler in front)."""
         signal.signal(signal.SIGINT, self._on_sigint)
         native.install_sigint_handler()
-        self._sigint_installed = True
 
     def enable_gil_yield(self, stall: float) -> bool:
         """Main mode: when one C call holds the GIL for `stall` s, signal it to hand the GIL over.

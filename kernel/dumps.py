@@ -129,21 +129,4 @@ def parse(text: str) -> dict[int, list[tuple[str, int, str]]]:
 
 def thread_frames(text: str, thread_id: int, cell_label: Callable[[str], str | None]) -> list[stacks.Frame]:
     """The dumped stack of one thread as readable frames (source lines looked up now)."""
-    raw = parse(text).get(thread_id, [])
-    import linecache
-
-    frames = []
-    for filename, lineno, name in raw:
-        if stacks.is_machinery(filename):
-            continue
-        frames.append(
-            stacks.Frame(
-                filename=filename,
-                lineno=lineno,
-                name=name,
-                line=linecache.getline(filename, lineno).strip(),
-                label=cell_label(filename) or filename,
-                user=stacks.is_user_file(filename),
-            )
-        )
-    return frames[-stacks.MAX_FRAMES :]
+    return stacks.from_locations(parse(text).get(thread_id, []), cell_label)

@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 import types
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .cancel import CancellationCore, CellInterrupt, Execution, Window
@@ -89,7 +89,7 @@ class MainThreadExecutor(Executor):
         if execution is None or _nested(execution):
             await run_here(code, async_, globals_, locals_)
             return
-        window = Window(threading.get_ident(), on_main_thread=True, code=code)
+        window = Window(threading.get_ident(), on_main_thread=True)
         if async_:
             # The task to cancel while the cell awaits: the one running run_cell_async.
             window.task = asyncio.current_task()
@@ -123,7 +123,6 @@ class _Job:
     window: Window | None = None
     error: BaseException | None = None
     finished: bool = False
-    started: float = field(default_factory=time.monotonic)
 
 
 class _Worker(threading.Thread):
@@ -165,7 +164,7 @@ class _Worker(threading.Thread):
     def _start(self, job: _Job) -> None:
         self.job = job
         self.waker.clear()
-        job.window = Window(self.ident, on_main_thread=False, code=job.code, waker=self.waker)
+        job.window = Window(self.ident, on_main_thread=False, waker=self.waker)
         if job.async_:
             job.context.run(self._start_async, job)
             if job.error is not None:

@@ -399,16 +399,21 @@ class CancelKernel(IPythonKernel):
     def _refuse(self, msg_id: str, exc: budgets.BudgetError) -> dict:
         """A bad budget: say so in the cell and do not run it."""
         assert self.shell is not None
-        evalue = f"{exc} (the cell was not run)"
-        stb = [f"\x1b[31mBudgetError\x1b[0m: {evalue}"]
-        self.shell._showtraceback(budgets.BudgetError, evalue, stb)
         self._execution_metadata = {"msg_id": msg_id, "interrupted": False, "reason": None, "refused": True}
+        # The cell never ran, so the shell's counter did not move.
+        return self._error_reply(budgets.BudgetError, f"{exc} (the cell was not run)", self.shell.execution_count)
+
+    def _error_reply(self, etype: type, evalue: str, execution_count: int) -> dict:
+        """Show a one-line error in the cell and build its execute_reply content."""
+        assert self.shell is not None
+        stb = [f"\x1b[31m{etype.__name__}\x1b[0m: {evalue}"]
+        self.shell._showtraceback(etype, evalue, stb)
         return {
             "status": "error",
-            "ename": "BudgetError",
+            "ename": etype.__name__,
             "evalue": evalue,
             "traceback": stb,
-            "execution_count": self.shell.execution_count,
+            "execution_count": execution_count,
             "user_expressions": {},
             "payload": [],
         }
@@ -466,20 +471,11 @@ class CancelKernel(IPythonKernel):
         super()._abort_queues(subshell_id)
 
     def _escaped_interrupt_reply(self, execution: Execution, exc: BaseException) -> dict:
-        ename = "CancelledError" if isinstance(exc, asyncio.CancelledError) else "KeyboardInterrupt"
-        evalue = interrupt_message(execution)
+        etype = asyncio.CancelledError if isinstance(exc, asyncio.CancelledError) else KeyboardInterrupt
         self.log.warning("interrupt escaped the shell for %s; replying anyway", execution.msg_id)
         assert self.shell is not None
-        self.shell._showtraceback(type(exc), evalue, [f"{ename}: {evalue}"])
-        return {
-            "status": "error",
-            "ename": ename,
-            "evalue": evalue,
-            "traceback": [f"{ename}: {evalue}"],
-            "execution_count": self.shell.execution_count - 1,
-            "user_expressions": {},
-            "payload": [],
-        }
+        # run_cell counted the cell before the interrupt escaped it.
+        return self._error_reply(etype, interrupt_message(execution), self.shell.execution_count - 1)
 
     async def _run_cell(
         self,

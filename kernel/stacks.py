@@ -57,39 +57,45 @@ def is_user_file(filename: str) -> bool:
     return "site-packages" not in filename and "dist-packages" not in filename
 
 
-def _frame(code: types.CodeType, lineno: int | None, cell_label: Callable[[str], str | None]) -> Frame:
-    filename = code.co_filename
-    lineno = lineno or code.co_firstlineno
+def frame_at(filename: str, lineno: int, name: str, cell_label: Callable[[str], str | None]) -> Frame:
+    """One readable frame: its source line, and "Cell In[3]" for a cell's file."""
     line = linecache.getline(filename, lineno).strip()
-    label = cell_label(filename) or filename
-    return Frame(filename, lineno, code.co_name, line, label, is_user_file(filename))
+    return Frame(filename, lineno, name, line, cell_label(filename) or filename, is_user_file(filename))
+
+
+def from_locations(raw: Iterable[tuple[str, int, str]], cell_label: Callable[[str], str | None]) -> list[Frame]:
+    """(file, line, function), outermost first -> the frames a user needs, innermost last.
+
+    Kernel machinery is left out, and so is everything outside the outermost
+    cell (the event loop's and the thread's plumbing).  Cost: the frames kept.
+    """
+    kept = [location for location in raw if not is_machinery(location[0])]
+    first_cell = next((i for i, location in enumerate(kept) if cell_label(location[0])), 0)
+    return [frame_at(*location, cell_label) for location in kept[first_cell:][-MAX_FRAMES:]]
 
 
 def frames_from_traceback(tb: types.TracebackType | None, cell_label: Callable[[str], str | None]) -> list[Frame]:
-    """The non-machinery frames of a traceback, innermost last (cost: the frames kept, not the depth)."""
+    """The frames of a traceback a user needs, innermost last (cost: the frames kept, not the depth)."""
     raw = []
     while tb is not None:
         code = tb.tb_frame.f_code
         if not is_machinery(code.co_filename):
-            raw.append((code, tb.tb_lineno))
+            raw.append((code.co_filename, tb.tb_lineno or code.co_firstlineno, code.co_name))
             if len(raw) > 2 * MAX_FRAMES:
                 del raw[:MAX_FRAMES]  # keep the list short however deep the stack is
         tb = tb.tb_next
-    return [_frame(code, lineno, cell_label) for code, lineno in raw[-MAX_FRAMES:]]
+    return from_locations(raw, cell_label)
 
 
 def frames_from_frame(frame: types.FrameType | None, cell_label: Callable[[str], str | None]) -> list[Frame]:
-    """The non-machinery frames of a live stack (e.g. another thread's), innermost last."""
-    out = []
-    while frame is not None and len(out) < 200:
+    """The frames of a live stack (e.g. another thread's) a user needs, innermost last."""
+    raw = []
+    while frame is not None and len(raw) < 200:
         code = frame.f_code
-        if not is_machinery(code.co_filename):
-            out.append(_frame(code, frame.f_lineno, cell_label))
+        raw.append((code.co_filename, frame.f_lineno or code.co_firstlineno, code.co_name))
         frame = frame.f_back
-    out.reverse()
-    # Frames outside the outermost cell are the event loop's and the kernel's plumbing.
-    first_cell = next((i for i, f in enumerate(out) if f.label != f.filename), 0)
-    return out[first_cell:][-MAX_FRAMES:]
+    raw.reverse()
+    return from_locations(raw, cell_label)
 
 
 def stopped_at(frames: Iterable[Frame]) -> str | None:

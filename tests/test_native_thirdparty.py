@@ -20,7 +20,7 @@ import zipfile
 
 import pytest
 
-from conftest import MODES, REPLY_TIMEOUT, execute, interrupt, running_kernel, wait_reply
+from conftest import MODES, execute, interrupt, running_kernel, wait_reply
 from test_native_kernel import assert_interrupted, start
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
