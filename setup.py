@@ -11,6 +11,7 @@ from setuptools import Extension, setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 INCLUDE = os.path.join("native", "include")
+SRC = os.path.join("native", "src")  # the flag's hand-written C core, bound by _flag.pyx
 
 
 def pxd_tree() -> str:
@@ -45,8 +46,10 @@ def native_extensions() -> list:
         return []
     flag = Extension(
         "cancelkernel.native._flag",
-        [os.path.join("native", "_flag.pyx")],
-        include_dirs=[INCLUDE],
+        [os.path.join("native", "_flag.pyx"), os.path.join(SRC, "flag.c")],
+        include_dirs=[SRC, INCLUDE],
+        # Listed so a changed header rebuilds the extension and ships in the sdist.
+        depends=[os.path.join(SRC, "flag.h"), os.path.join(INCLUDE, "cancelkernel_native.h")],
     )
     try:
         extensions = cythonize(

@@ -44,8 +44,10 @@ from typing import Any
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
+from cancelkernel.kernelspec import install
+from cancelkernel.testing import running_kernel, wait_idle, wait_reply
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-TESTS = os.path.join(os.path.dirname(HERE), "tests")
 GOAL_SAVE = 300.0  # MB/s, large buffers
 GOAL_RESTORE = 500.0  # MB/s, large buffers
 GOAL_WEDGE = 3.0  # seconds, 100 MB
@@ -68,69 +70,24 @@ def label(n: int) -> str:
 # -- kernels --------------------------------------------------------------------------
 
 
-def _kernel_setup(prefix: str) -> tuple[str, list[str], dict]:
-    """Install a kernelspec into `prefix`; return its name, extra arguments and env for checkpoints."""
-    from cancelkernel.install import install
-    from cancelkernel.kernel import CancelKernel
-
+def _kernel_setup(prefix: str) -> str:
+    """Install a kernelspec into `prefix` (on JUPYTER_PATH); return its name."""
     install(prefix=prefix, name="cancelkernel-bench")
     path = os.path.join(prefix, "share", "jupyter")
     os.environ["JUPYTER_PATH"] = os.pathsep.join(filter(None, [path, os.environ.get("JUPYTER_PATH")]))
-    args: list[str] = []
-    env: dict[str, str] = {}
-    if not hasattr(CancelKernel, "checkpoint_request"):
-        # kernel.py not wired yet: the test suite's subclass carries the documented wiring.
-        args.append("--CancelKernelApp.kernel_class=checkpoint_wired_kernel.CheckpointWiredKernel")
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [TESTS, os.environ.get("PYTHONPATH")]))
-    return "cancelkernel-bench", args, env
+    return "cancelkernel-bench"
 
 
 @contextlib.contextmanager
-def kernel(name: str, mode: str, args: list[str], env: dict, runtime: str) -> Iterator[tuple[KernelManager, BlockingKernelClient]]:
-    km = KernelManager(kernel_name=name)
-    km.start_kernel(
-        extra_arguments=[*args, f"--CancelKernel.exec_thread={mode}"],
-        env={**os.environ, **env, "JUPYTER_RUNTIME_DIR": runtime},
-    )
-    kc = km.client()
-    try:
-        kc.start_channels()
-        kc.wait_for_ready(timeout=60)
-        yield km, kc
-    finally:
-        with contextlib.suppress(Exception):
-            kc.stop_channels()
-        with contextlib.suppress(Exception):
-            km.shutdown_kernel(now=True)
-        if km.has_kernel:
-            with contextlib.suppress(Exception):
-                km.kill_kernel()
-
-
-def _reply(kc: BlockingKernelClient, msg_id: str, timeout: float = TIMEOUT) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        msg = kc.get_shell_msg(timeout=max(0.01, deadline - time.monotonic()))
-        if msg["parent_header"].get("msg_id") == msg_id:
-            return msg
-
-
-def _idle(kc: BlockingKernelClient, msg_id: str, timeout: float = TIMEOUT) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        msg = kc.get_iopub_msg(timeout=max(0.01, deadline - time.monotonic()))
-        if (
-            msg["parent_header"].get("msg_id") == msg_id
-            and msg["msg_type"] == "status"
-            and msg["content"]["execution_state"] == "idle"
-        ):
-            return
+def kernel(name: str, mode: str, runtime: str) -> Iterator[tuple[KernelManager, BlockingKernelClient]]:
+    with running_kernel(mode, kernel_name=name, env={"JUPYTER_RUNTIME_DIR": runtime}) as pair:
+        yield pair
 
 
 def run_cell(kc: BlockingKernelClient, code: str) -> dict:
     msg_id = kc.execute(code)
-    reply = _reply(kc, msg_id)["content"]
-    _idle(kc, msg_id)
+    reply = wait_reply(kc, msg_id, TIMEOUT)["content"]
+    wait_idle(kc, msg_id, TIMEOUT)
     if reply["status"] != "ok":
         raise RuntimeError(f"cell failed: {reply.get('ename')}: {reply.get('evalue')}\n{code}")
     return reply
@@ -140,8 +97,8 @@ def checkpoint_request(kc: BlockingKernelClient, action: str, name: str | None =
     msg = kc.session.msg("checkpoint_request", {"action": action, **({"name": name} if name else {})})
     kc.shell_channel.send(msg)
     msg_id = msg["header"]["msg_id"]
-    content = _reply(kc, msg_id)["content"]
-    _idle(kc, msg_id)
+    content = wait_reply(kc, msg_id, TIMEOUT)["content"]
+    wait_idle(kc, msg_id, TIMEOUT)
     if content["status"] != "ok":
         raise RuntimeError(f"checkpoint {action} failed: {content.get('ename')}: {content.get('evalue')}")
     return content
@@ -189,8 +146,8 @@ assert _n > 0, _n
 # -- measurements ------------------------------------------------------------------------
 
 
-def throughput(name: str, mode: str, args: list[str], env: dict, runtime: str, size: int, shape: str) -> dict:
-    with kernel(name, mode, args, env, runtime) as (km, kc):
+def throughput(name: str, mode: str, runtime: str, size: int, shape: str) -> dict:
+    with kernel(name, mode, runtime) as (km, kc):
         run_cell(kc, namespace_code(size, shape))
         t = time.perf_counter()
         saved = checkpoint_request(kc, "save", "bench")
@@ -219,8 +176,8 @@ def throughput(name: str, mode: str, args: list[str], env: dict, runtime: str, s
     }
 
 
-def wedge(name: str, mode: str, args: list[str], env: dict, runtime: str, size: int) -> dict:
-    with kernel(name, mode, args, env, runtime) as (km, kc):
+def wedge(name: str, mode: str, runtime: str, size: int) -> dict:
+    with kernel(name, mode, runtime) as (km, kc):
         run_cell(kc, namespace_code(size, "mixed"))
         saved = checkpoint_request(kc, "save", "wedge")
         # Flushed before the GIL is taken: once sum() runs, not even the iopub thread gets to send.
@@ -257,7 +214,7 @@ def wedge(name: str, mode: str, args: list[str], env: dict, runtime: str, size: 
 
 def table(headers: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-    line = lambda cells: "| " + " | ".join(c.rjust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
+    line = lambda cells: "| " + " | ".join(c.rjust(w) for c, w in zip(cells, widths, strict=False)) + " |"  # noqa: E731
     return "\n".join([line(headers), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *(line(r) for r in rows)])
 
 
@@ -306,13 +263,13 @@ def main(argv: list[str] | None = None) -> int:
     scratch = tempfile.mkdtemp(prefix="cancelkernel-checkpoint-bench-", dir=base)
     results: dict[str, Any] = {"environment": environment(base), "throughput": [], "wedge": [], "errors": []}
     try:
-        name, args, env = _kernel_setup(os.path.join(scratch, "prefix"))
+        name = _kernel_setup(os.path.join(scratch, "prefix"))
         runtime = os.path.join(scratch, "runtime")
         for mode in modes:
             for size in sizes:
                 for shape in shapes:
                     try:
-                        samples = [throughput(name, mode, args, env, runtime, size, shape) for _ in range(opts.repeat)]
+                        samples = [throughput(name, mode, runtime, size, shape) for _ in range(opts.repeat)]
                     except Exception as exc:  # noqa: BLE001 - one failed case must not lose the others
                         results["errors"].append(f"{mode} {label(size)} {shape}: {type(exc).__name__}: {exc}")
                         print(results["errors"][-1], file=sys.stderr)
@@ -325,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
                     )
             if wedge_size:
                 try:
-                    samples = [wedge(name, mode, args, env, runtime, wedge_size) for _ in range(opts.repeat)]
+                    samples = [wedge(name, mode, runtime, wedge_size) for _ in range(opts.repeat)]
                 except Exception as exc:  # noqa: BLE001
                     results["errors"].append(f"{mode} wedge {label(wedge_size)}: {type(exc).__name__}: {exc}")
                     print(results["errors"][-1], file=sys.stderr)

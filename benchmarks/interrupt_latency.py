@@ -41,7 +41,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import (  # noqa: E402
     Kernel,
     control_request,
-    drain,
+    drain_channel,
     environment,
     fmt_seconds,
     grouped_bar_svg,
@@ -51,7 +51,7 @@ from _common import (  # noqa: E402
     send_control,
     wait_for,
     wait_idle,
-    wait_shell_reply,
+    wait_reply,
     write_json,
 )
 
@@ -121,7 +121,7 @@ CASES = {
 TRIVIAL = "trivial"
 TRIVIAL_TITLE = "`1` (round trip, no interrupt)"
 
-# Goals of issue 2, item 10 (checked and printed at the end).
+# Goals (checked and printed at the end).
 GOAL_CASES = ("loop", "sleep", "socket", "event")
 GOAL_P50 = 0.005
 
@@ -137,7 +137,7 @@ class Bench:
 
     def __init__(self, config: KernelConfig, log, output=None):
         self.config = config
-        self.kernel = Kernel(config.label, config.kernel_name, config.args, output=output)
+        self.kernel = Kernel(config.kernel_name, label=config.label, extra_arguments=config.args, output=output)
         self.log = log
         self.token = f"survived-{uuid.uuid4().hex[:8]}"
         self.samples: dict[str, list[dict]] = {}
@@ -187,15 +187,15 @@ class Bench:
 
     def execute(self, code: str, *, timeout: float, **kwargs) -> dict:
         msg_id = self.kc.execute(code, **kwargs)
-        reply = wait_shell_reply(self.kc, msg_id, timeout)
+        reply = wait_reply(self.kc, msg_id, timeout)
         if not kwargs.get("silent"):
             wait_idle(self.kc, msg_id, timeout)
         return reply
 
     def check_state(self) -> bool:
         """Before a sample: the kernel answers, and the warm-up variable still holds its value."""
-        drain(self.kc.iopub_channel)
-        drain(self.kc.stdin_channel)
+        drain_channel(self.kc.iopub_channel)
+        drain_channel(self.kc.stdin_channel)
         try:
             reply = self.execute("pass", timeout=CHECK_TIMEOUT, silent=True, store_history=False,
                                  user_expressions={"s": "_bench_state"})
@@ -220,7 +220,7 @@ class Bench:
         })
         sent = time.perf_counter()
         self.kc.shell_channel.send(msg)
-        reply = wait_shell_reply(self.kc, msg["header"]["msg_id"], CHECK_TIMEOUT)
+        reply = wait_reply(self.kc, msg["header"]["msg_id"], CHECK_TIMEOUT)
         latency = reply["_received"] - sent
         wait_idle(self.kc, msg["header"]["msg_id"], CHECK_TIMEOUT)
         return {"run": run, "outcome": "ok", "latency": latency, "status": reply["content"]["status"]}
@@ -229,7 +229,7 @@ class Bench:
         """Start the runaway cell, interrupt it `delay` s after it started, time the reply."""
         kc = self.kc
         for channel in (kc.shell_channel, kc.control_channel, kc.stdin_channel, kc.iopub_channel):
-            drain(channel)
+            drain_channel(channel)
         sample: dict = {"run": run, "outcome": None, "latency": None}
         sent = time.perf_counter()
         msg_id = kc.execute(case.code, allow_stdin=case.stdin, stop_on_error=True)
@@ -444,7 +444,7 @@ def build_table(rows: list[tuple[str, str]], summary: dict, labels: list[str]) -
 
 
 def goals(summary: dict, labels: list[str]) -> list[str]:
-    """The goals of issue 2 item 10, as PASS/FAIL lines (plus notes on cases ours never stopped)."""
+    """The goals, as PASS/FAIL lines (plus notes on cases ours never stopped)."""
     out = []
     if "main" in labels:
         for name in GOAL_CASES:

@@ -44,7 +44,7 @@ from _common import (  # noqa: E402
     percentile,
     send_control,
     wait_for,
-    wait_shell_reply,
+    wait_reply,
     write_json,
 )
 from native_build import build_extensions  # noqa: E402
@@ -129,7 +129,7 @@ def measure_overhead(bench, montecarlo, n: int, repeats: int) -> list[dict]:
         ("Monte Carlo pi (example)", "raise_if_cancelled(), nogil", montecarlo.pi_nogil, n // 4),
     ]
     samples: dict[tuple[str, str], list[float]] = {(loop, variant): [] for loop, variant, _, _ in pairs}
-    for loop, variant, func, count in pairs:  # warm-up
+    for _loop, _variant, func, count in pairs:  # warm-up
         func(count // 10)
     for _ in range(repeats):
         for loop, variant, func, count in pairs:
@@ -154,7 +154,7 @@ def measure_flag_latency(flag, bench, runs: int) -> dict:
     for gen in range(1, runs + 1):
         flag.begin(gen)
         seen: list[int] = []
-        thread = threading.Thread(target=lambda: seen.append(bench.spin_until_cancelled()))
+        thread = threading.Thread(target=lambda: seen.append(bench.spin_until_cancelled()))  # noqa: B023 - joined in this iteration
         thread.start()
         time.sleep(0.005)
         set_at = time.monotonic_ns()
@@ -170,7 +170,7 @@ def measure_flag_latency(flag, bench, runs: int) -> dict:
             try:
                 bench.checked_raise(1 << 62)
             except KeyboardInterrupt:
-                caught.append(time.monotonic_ns())
+                caught.append(time.monotonic_ns())  # noqa: B023 - run() ends in this iteration
 
         thread = threading.Thread(target=run)
         thread.start()
@@ -194,7 +194,7 @@ KERNEL_CASES = [
 
 
 def _install_spec(prefix: str) -> str:
-    from cancelkernel.install import install
+    from cancelkernel.kernelspec import install
 
     install(prefix=prefix, name="cancelkernel-native-bench")
     path = os.path.join(prefix, "share", "jupyter")
@@ -223,12 +223,12 @@ def measure_kernel(example_dir: str, modes: list[str], runs: int, workdir: str) 
     results = []
     with kernels_cleaned_up():
         for mode in modes:
-            kernel = Kernel(mode, name, [f"--CancelKernel.exec_thread={mode}"])
+            kernel = Kernel(name, label=mode, extra_arguments=[f"--CancelKernel.exec_thread={mode}"])
             kernel.start()
             try:
                 assert kernel.kc is not None and kernel.km is not None
                 setup = f"import sys; sys.path.insert(0, {example_dir!r}); import montecarlo; x = 41"
-                reply = wait_shell_reply(kernel.kc, kernel.kc.execute(setup), 30)
+                reply = wait_reply(kernel.kc, kernel.kc.execute(setup), 30)
                 assert reply["content"]["status"] == "ok", reply["content"]
                 for label, cell, how in KERNEL_CASES:
                     latencies = []
@@ -239,10 +239,10 @@ def measure_kernel(example_dir: str, modes: list[str], runs: int, workdir: str) 
                         else:
                             sent = time.perf_counter()
                             kernel.km.signal_kernel(signal.SIGINT)
-                        reply = wait_shell_reply(kernel.kc, msg_id, 30)
+                        reply = wait_reply(kernel.kc, msg_id, 30)
                         assert reply["content"]["status"] == "error", reply["content"]
                         latencies.append(reply["_received"] - sent)
-                        check = wait_shell_reply(kernel.kc, kernel.kc.execute("assert x == 41"), 30)
+                        check = wait_reply(kernel.kc, kernel.kc.execute("assert x == 41"), 30)
                         assert check["content"]["status"] == "ok", check["content"]
                     results.append({"mode": mode, "case": label, "interrupt": how, "seconds": latencies})
                     # Control replies pile up unread; drop them between cases.

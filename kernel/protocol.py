@@ -1,34 +1,106 @@
-"""Names of our Jupyter protocol extensions, shared by the kernel and the agent client.
+"""Every name of our Jupyter protocol extensions, in one place: messages, features, codes.
 
-This module is data only: the client may import it without importing any of
-the kernel's machinery.  Every field is documented in docs/protocol.md.
+Data only, importing nothing: the kernel, the runtime and the agent client all
+take their names from here, so a name cannot be spelled two ways.  Each field
+is documented in docs/protocol.md.
 """
+
+from __future__ import annotations
 
 # Version of the extension protocol, advertised in kernel_info_reply and the kernelspec.
 PROTOCOL_VERSION = "1.0"
 
-# Key in kernel_info_reply content, kernelspec metadata and execute_reply metadata.
+# The Jupyter messaging protocol version our kernelspec declares (what ipykernel implements).
+KERNEL_PROTOCOL_VERSION = "5.5"
+
+# Key in kernel_info_reply content, kernelspec metadata, execute_request and execute_reply metadata.
 KEY = "cancelkernel"
 
 # Added to kernel_info_reply["supported_features"] so clients can detect us.
 FEATURE = "cancelkernel"
 
-# Control-channel request answered with "cancel_status_reply".
+# -- messages ----------------------------------------------------------------------
+
+# Control channel: what runs, for how long, its state.
 CANCEL_STATUS_REQUEST = "cancel_status_request"
 CANCEL_STATUS_REPLY = "cancel_status_reply"
 
-# MIME type of the events published on iopub as display_data.
-EVENT_MIME = "application/vnd.cancelkernel.event+json"
+# Shell channel: save / restore / list / drop saved state (between cells only).
+CHECKPOINT_REQUEST = "checkpoint_request"
+CHECKPOINT_REPLY = "checkpoint_reply"
 
-# Execution states reported by cancel_status_reply.
+# Stock message names we send or answer with our own content.
+INTERRUPT_REQUEST = "interrupt_request"
+INTERRUPT_REPLY = "interrupt_reply"
+
+# -- features advertised in kernel_info_reply content[KEY]["features"] ----------------
+
+FEATURE_TARGETED_INTERRUPT = "targeted_interrupt"
+FEATURE_CANCEL_STATUS = "cancel_status"
+FEATURE_REPLY_METADATA = "reply_metadata"
+FEATURE_BUDGETS = "budgets"
+FEATURE_DEADLINES = "deadlines"
+FEATURE_EVENTS = "events"
+FEATURE_DUMP_FILE = "dump_file"
+FEATURE_CHECKPOINT = "checkpoint"
+
+FEATURES = (
+    FEATURE_TARGETED_INTERRUPT,
+    FEATURE_CANCEL_STATUS,
+    FEATURE_REPLY_METADATA,
+    FEATURE_BUDGETS,
+    FEATURE_DEADLINES,
+    FEATURE_EVENTS,
+    FEATURE_DUMP_FILE,
+    FEATURE_CHECKPOINT,
+)
+
+# -- execution states (cancel_status_reply) -------------------------------------------
+
 STATE_IDLE = "idle"
 STATE_RUNNING = "running"
 STATE_CANCELLING = "cancelling"
 STATE_UNRESPONSIVE = "unresponsive-to-interrupt"
 
-# Shell-channel request answered with "checkpoint_reply" (save/restore/list/drop saved state).
-CHECKPOINT_REQUEST = "checkpoint_request"
-CHECKPOINT_REPLY = "checkpoint_reply"
+# -- why the kernel cancelled an execution (execute_reply metadata.cancelkernel.reason) --
 
-# Names of the features advertised in kernel_info_reply content[KEY]["features"].
-FEATURES = ("targeted_interrupt", "cancel_status", "reply_metadata", "budgets", "deadlines", "events", "dump_file", "checkpoint")
+REASON_REQUEST = "request"
+REASON_SIGNAL = "signal"
+REASON_WALL_BUDGET = "wall_budget"
+REASON_QUIET_BUDGET = "quiet_budget"
+REASON_DEADLINE = "deadline"
+REASON_SHUTDOWN = "shutdown"
+
+CANCEL_REASONS = (REASON_REQUEST, REASON_SIGNAL, REASON_WALL_BUDGET, REASON_QUIET_BUDGET, REASON_DEADLINE, REASON_SHUTDOWN)
+BUDGET_REASONS = (REASON_WALL_BUDGET, REASON_QUIET_BUDGET)
+
+# -- events published on iopub (display_data with EVENT_MIME) --------------------------
+
+EVENT_MIME = "application/vnd.cancelkernel.event+json"
+
+EVENT_INTERRUPT = "interrupt"
+EVENT_RUNAWAY = "runaway"
+EVENT_UNRESPONSIVE = "unresponsive"
+EVENT_ABANDONED = "abandoned"
+EVENT_STACK = "stack"
+
+EVENTS = (EVENT_INTERRUPT, EVENT_RUNAWAY, EVENT_UNRESPONSIVE, EVENT_ABANDONED, EVENT_STACK)
+
+# Why the kernel took a stack (cancel_status_reply last_stack.why).
+STACK_RUNAWAY = "runaway"
+STACK_UNRESPONSIVE = "unresponsive"
+STACK_DUMP = "dump"
+
+# -- the agent client's results and log (docs/agent.md) --------------------------------
+
+# The statuses of a run: no other value ever appears.
+STATUSES = ("ok", "error", "interrupted", "restarted", "died")
+# What the kernel's namespace is worth after the run.
+STATES = ("intact", "suspect", "restored", "lost")
+# Why the client intervened ("wall_budget" and "quiet_budget" are shared with the kernel).
+AGENT_REASON_MANUAL = "manual"
+AGENT_REASON_DIED = "died"
+AGENT_REASONS = (REASON_WALL_BUDGET, REASON_QUIET_BUDGET, AGENT_REASON_MANUAL, AGENT_REASON_DIED)
+
+# MIME type of the intervention report the agent writes into a notebook cell.
+REPORT_MIME = "application/vnd.cancelkernel.agent+json"

@@ -12,18 +12,16 @@ import os
 
 _FORCE_FALLBACK = os.environ.get("CANCELKERNEL_NATIVE", "1").strip().lower() in {"0", "no", "false", "off"}
 
+import_error: str | None
 if _FORCE_FALLBACK:
     from ._fallback import *  # noqa: F403
-    from ._fallback import available
-    import_error: str | None = "forced by CANCELKERNEL_NATIVE=0"
+    import_error = "forced by CANCELKERNEL_NATIVE=0"
 else:
     try:
         from ._flag import *  # noqa: F403
-        from ._flag import available
         import_error = None
     except ImportError as exc:  # no compiler at install time, or a broken build
         from ._fallback import *  # noqa: F403
-        from ._fallback import available
 
         import_error = str(exc)
         logging.getLogger("cancelkernel").warning(

@@ -1,7 +1,7 @@
 """The kernel's checkpoint interface, seen from the client: save, restore, list, drop.
 
-Only used when the kernel advertises "checkpoint" in kernel_info (our kernel,
-issue 5): a `checkpoint_request` on the shell channel, answered by
+Only used when the kernel advertises the checkpoint feature in kernel_info
+(our kernel): a `checkpoint_request` on the shell channel, answered by
 `checkpoint_reply`.  Stock kernels have no checkpoints: state is lost on restart.
 """
 
@@ -9,16 +9,12 @@ from __future__ import annotations
 
 import typing as t
 
-from cancelkernel import protocol
-
+from .. import protocol
 from .errors import CheckpointError
-from .kernel import KernelLink
+from .link import KernelLink
 from .policy import Restored
 
 MODES = ("off", "before-risky", "after-ok")
-FEATURE = "checkpoint"  # as kernel_info_reply advertises it (protocol.FEATURES)
-REQUEST = protocol.CHECKPOINT_REQUEST
-REPLY = protocol.CHECKPOINT_REPLY
 
 
 class Checkpoints:
@@ -31,20 +27,20 @@ class Checkpoints:
 
     @property
     def available(self) -> bool:
-        return self.link.info.has(FEATURE)
+        return self.link.info.has(protocol.FEATURE_CHECKPOINT)
 
     def request(self, action: str, name: str | None = None) -> dict[str, t.Any]:
         if not self.available:
             raise CheckpointError(
                 f"kernel {self.link.kernel_name!r} has no checkpoint interface (it does not advertise "
-                f"'checkpoints' in kernel_info); use the cancelkernel kernel, or keep state in files yourself"
+                f"{protocol.FEATURE_CHECKPOINT!r} in kernel_info); use the cancelkernel kernel, or keep state in files yourself"
             )
         if name is not None and (not isinstance(name, str) or not name or "/" in name or "\\" in name or ".." in name):
             raise CheckpointError(f"checkpoint name must be a plain non-empty name (no path separators or '..'), not {name!r}")
         content: dict[str, t.Any] = {"action": action}
         if name is not None:
             content["name"] = name
-        reply = self.link.shell_request(REQUEST, content, timeout=self.timeout, reply_type=REPLY)
+        reply = self.link.shell_request(protocol.CHECKPOINT_REQUEST, content, timeout=self.timeout, reply_type=protocol.CHECKPOINT_REPLY)
         if reply is None:
             raise CheckpointError(
                 f"checkpoint {action} got no reply within {self.timeout:g} s (kernel busy, wedged or gone)"

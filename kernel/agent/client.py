@@ -16,20 +16,21 @@ import threading
 import typing as t
 import warnings
 
-from . import stack as stacks
+from .. import frames as fr
+from ..durations import DurationError, parse_duration
+from ..protocol import FEATURE_BUDGETS
 from .checkpoints import MODES as CHECKPOINT_MODES
 from .checkpoints import Checkpoints
 from .detect import check_budget
 from .errors import BadInputError, RunawayCellError
 from .history import RuntimeHistory, cell_key
-from .kernel import KernelInfo, KernelLink
+from .lifecycle.local import LocalLifecycle
+from .link import KernelInfo, KernelLink
 from .log import InterventionLog, cell_fields
 from .outputs import DisplayRegistry
 from .policy import CellPlan, Policy, Restored
+from .processes import describe_exit
 from .result import CellResult
-
-# Feature our kernel advertises when it enforces budgets from execute_request metadata (issue 4).
-BUDGET_FEATURE = "budgets"
 
 
 class AgentKernel:
@@ -74,7 +75,10 @@ class AgentKernel:
         self.wall_budget = check_budget("wall_budget", wall_budget, allow_auto=True)
         self.quiet_budget = check_budget("quiet_budget", quiet_budget)
         if interrupt_grace is not None:
-            interrupt_grace = t.cast(float, check_budget("interrupt_grace", interrupt_grace))
+            try:
+                interrupt_grace = parse_duration(interrupt_grace, "interrupt_grace")
+            except DurationError as exc:
+                raise BadInputError(str(exc)) from None
         if checkpoint not in CHECKPOINT_MODES:
             raise BadInputError(f"checkpoint must be one of {', '.join(CHECKPOINT_MODES)}, not {checkpoint!r}")
         if max_output_bytes is not None and (not isinstance(max_output_bytes, int) or max_output_bytes <= 0):
@@ -84,14 +88,14 @@ class AgentKernel:
         self.kernel_budgets = kernel_budgets
         self.log = InterventionLog(log, log_all=log_all) if log is not None else None
         self.history = RuntimeHistory(history, floor=auto_floor, factor=auto_factor, default=auto_default)
-        self.link = KernelLink(
+        lifecycle = LocalLifecycle(
             None if connection_file is not None and kernel_name == "cancelkernel" else kernel_name,
             connection_file=connection_file,
             extra_arguments=extra_arguments,
             env=env,
-            start_timeout=start_timeout,
             owner_restart_wait=owner_restart_wait,
         )
+        self.link = KernelLink(lifecycle, start_timeout=start_timeout)
         self.checkpoints = Checkpoints(self.link)
         self.policy = Policy(
             self.link,
@@ -211,7 +215,7 @@ class AgentKernel:
             quiet_budget=t.cast("float | None", quiet_v),
             may_interrupt=may_interrupt,
         )
-        if may_interrupt and self.kernel_budgets and self.info.has(BUDGET_FEATURE) and (wall_v or quiet_v):
+        if may_interrupt and self.kernel_budgets and self.info.has(FEATURE_BUDGETS) and (wall_v or quiet_v):
             budgets = {k: v for k, v in (("wall_budget", wall_v), ("quiet_budget", quiet_v)) if v}
             plan.kernel_metadata = {"cancelkernel": budgets}
             plan.kernel_enforces = True
@@ -314,7 +318,7 @@ class AgentKernel:
                 "outcome": action.get("outcome"),
                 "interrupt_latency": action.get("latency") if action.get("action") == "interrupt" else None,
                 "stack": result.stack,
-                "stopped_at": stacks.stopped_at(result.stack),
+                "stopped_at": fr.stopped_at(fr.from_dicts(result.stack), readable=True),
                 "partial_output_bytes": result.output_size(),
                 "restored": result.restored if action.get("action") == "restart" else None,
             }
@@ -325,7 +329,7 @@ class AgentKernel:
 
 
 def _budget(name: str, value: t.Any, default: t.Any, *, allow_auto: bool = False) -> t.Any:
-    """A per-cell budget: None takes the default, math.inf turns it off, anything else is checked."""
+    """A per-cell budget: None takes the default; 0 (or math.inf) turns it off; anything else is checked."""
     if value is None:
         return default
     if isinstance(value, float) and math.isinf(value) and value > 0:
@@ -334,6 +338,4 @@ def _budget(name: str, value: t.Any, default: t.Any, *, allow_auto: bool = False
 
 
 def _exit_text(link: KernelLink) -> str:
-    from .kernel import describe_exit
-
     return describe_exit(link.exit_code())

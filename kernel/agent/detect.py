@@ -6,11 +6,11 @@ time the request went out and the time of each iopub output.
 
 from __future__ import annotations
 
-import math
 import time
 import typing as t
 from dataclasses import dataclass, field
 
+from ..durations import DurationError, parse_duration
 from .errors import BadInputError
 
 WHY_TEXT = {
@@ -22,17 +22,16 @@ WHY_TEXT = {
 
 
 def check_budget(name: str, value: t.Any, *, allow_auto: bool = False) -> float | str | None:
-    """Validate a budget: None (no budget), seconds > 0, or "auto" where allowed."""
+    """A budget in the one duration grammar: None or 0 (no budget), seconds, or "auto" where allowed."""
     if value is None:
         return None
     if allow_auto and value == "auto":
         return "auto"
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        extra = ' or "auto"' if allow_auto else ""
-        raise BadInputError(f"{name} must be a number of seconds{extra} or None, not {value!r}")
-    if math.isnan(value) or value <= 0:
-        raise BadInputError(f"{name} must be a positive number of seconds (None for no budget), not {value!r}")
-    return float(value)
+    try:
+        return parse_duration(value, name) or None
+    except DurationError as exc:
+        hint = '; or "auto" to derive it from measured runtimes' if allow_auto else ""
+        raise BadInputError(f"{exc}{hint}") from None
 
 
 @dataclass

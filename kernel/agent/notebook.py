@@ -2,28 +2,27 @@
 
 nbformat is needed here only (the optional extra `cancelkernel[notebook]`).
 Outputs come from our own collector (outputs.py) rather than nbclient's
-execution loop, which is the code that hangs when a kernel dies (#88, #319).
+execution loop, which is the code that hangs when a kernel dies.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import textwrap
 import typing as t
 from dataclasses import dataclass, field
 
-from cancelkernel.protocol import KEY
-
-from . import stack as stacks
+from .. import frames as fr
+from ..durations import DurationError, parse_duration
+from ..protocol import KEY, REPORT_MIME
 from .errors import BadInputError, RunawayCellError
 from .result import CellResult
 
 if t.TYPE_CHECKING:
     from .client import AgentKernel
 
-REPORT_MIME = "application/vnd.cancelkernel.agent+json"
 _TAG = re.compile(r"^(wall|quiet)[-_]budget[=:](.+)$")
-_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 
 
 def require_nbformat() -> t.Any:
@@ -37,18 +36,12 @@ def require_nbformat() -> t.Any:
     return nbformat
 
 
-def parse_seconds(text: t.Any, what: str) -> float:
-    """'30', '30s', '1.5m', '2h' -> seconds > 0; BadInputError naming `what` otherwise."""
-    if isinstance(text, (int, float)) and not isinstance(text, bool):
-        value = float(text)
-    else:
-        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(s|m|min|h)?\s*", str(text))
-        if not m:
-            raise BadInputError(f"{what}: {text!r} is not a duration (use seconds like 30, or 30s, 2m, 1h)")
-        value = float(m.group(1)) * _UNITS[m.group(2) or ""]
-    if not value > 0 or value == float("inf"):
-        raise BadInputError(f"{what}: the budget must be a positive number of seconds, not {text!r}")
-    return value
+def parse_seconds(value: t.Any, what: str) -> float:
+    """A budget in the one duration grammar (0: none for this cell).  BadInputError naming `what` otherwise."""
+    try:
+        return parse_duration(value, what)
+    except DurationError as exc:
+        raise BadInputError(str(exc)) from None
 
 
 def load_notebook(path: str | os.PathLike) -> t.Any:
@@ -152,7 +145,7 @@ def _cell_meta(result: CellResult) -> dict[str, t.Any]:
         "reason": result.reason,
         "state": result.state,
         "actions": result.actions,
-        "stopped_at": stacks.stopped_at(result.stack),
+        "stopped_at": fr.stopped_at(fr.from_dicts(result.stack), readable=True),
     }
 
 
@@ -172,7 +165,7 @@ def report_text(result: CellResult) -> str:
         lines.append(f"  error: {result.error_name}: {result.error_value}")
     if result.stack:
         lines.append("  where it was:")
-        lines.append(stacks.format_stack(result.stack))
+        lines.extend(textwrap.indent(block, "    ") for block in fr.format_frames(fr.from_dicts(result.stack)))
     return "\n".join(lines) + "\n"
 
 

@@ -2,7 +2,7 @@
 
 The core client needs no nbformat: this is the small part of nbclient's output
 handling we need (streams merged, clear_output with wait, display updates by
-display_id), without nbclient's execution loop, which is what hangs (#88, #319).
+display_id), without nbclient's execution loop, which is what hangs when a kernel dies or is restarted.
 """
 
 from __future__ import annotations

@@ -6,14 +6,10 @@ import json
 import typing as t
 from dataclasses import asdict, dataclass, field, fields
 
-from cancelkernel.protocol import EVENT_MIME
+from ..protocol import AGENT_REASONS as REASONS
+from ..protocol import EVENT_MIME, STATES, STATUSES
 
-# The statuses of a run, in the words of the design: no other value ever appears.
-STATUSES = ("ok", "error", "interrupted", "restarted", "died")
-# What the kernel's namespace is worth after the run.
-STATES = ("intact", "suspect", "restored", "lost")
-# Why the client (or the kernel, for our kernel's own budgets) intervened.
-REASONS = ("wall_budget", "quiet_budget", "manual", "died")
+__all__ = ["CellResult", "REASONS", "STATES", "STATUSES"]
 
 
 @dataclass

@@ -1,0 +1,312 @@
+"""The link to one kernel: requests and replies, the kernel's self-description, and how to interrupt it.
+
+Mechanism only, no policy: what to do when a cell runs away lives in
+policy.py.  Messages go through a transport (transport/), the process is
+handled by a lifecycle (lifecycle/).  It speaks the Jupyter protocol (plus
+our extensions, when the kernel advertises them) and imports nothing of the
+kernel's internals.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import time
+import typing as t
+from dataclasses import dataclass, field
+
+from .. import protocol
+from .errors import KernelStartError
+from .lifecycle.local import LocalLifecycle, new_kernel_pid
+from .transport import Transport
+
+# How long an interrupt_request may go unanswered before the kernel counts as
+# wedged (GIL held) and a local kernel gets SIGINT instead.
+CONTROL_ANSWER = 0.2
+# Late control replies kept for a while (an interrupt_reply after its wait ended), never without bound.
+KEEP_CONTROL_REPLIES = 100
+# Messages that arrived while waiting for a control reply, kept for the next poll (bounded: oldest dropped).
+KEEP_PENDING = 10_000
+
+
+@dataclass
+class KernelInfo:
+    """What the kernel said about itself in kernel_info_reply."""
+
+    ours: bool = False
+    implementation: str = ""
+    language: str = ""
+    version: str | None = None
+    features: list[str] = field(default_factory=list)
+    exec_thread: str | None = None
+    interrupt_grace: float | None = None
+    native_flag: bool = False
+    pid: int | None = None
+    dump_file: str | None = None
+    raw: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_reply(cls, content: dict) -> KernelInfo:
+        ext = content.get(protocol.KEY) if protocol.FEATURE in (content.get("supported_features") or []) else None
+        info = cls(
+            implementation=str(content.get("implementation", "")),
+            language=str((content.get("language_info") or {}).get("name", "")),
+            raw=content,
+        )
+        if isinstance(ext, dict):
+            info.ours = True
+            info.version = ext.get("version")
+            info.features = list(ext.get("features") or [])
+            info.exec_thread = ext.get("exec_thread")
+            grace = ext.get("interrupt_grace")
+            info.interrupt_grace = float(grace) if isinstance(grace, (int, float)) else None
+            info.native_flag = bool(ext.get("native_flag"))
+            info.pid = new_kernel_pid(content)
+            info.dump_file = ext.get("dump_file") if isinstance(ext.get("dump_file"), str) else None
+        return info
+
+    def has(self, feature: str) -> bool:
+        return self.ours and feature in self.features
+
+
+@dataclass
+class InterruptSent:
+    """One interrupt decision and how it was delivered."""
+
+    sent_at: float
+    via: str  # "message", "signal", "message+signal", "kernel", "none"
+    reply: dict | None = None  # interrupt_reply content, when the control channel answered
+
+
+class KernelLink:
+    """One kernel: its lifecycle, its transport, and the requests the policy makes."""
+
+    def __init__(self, lifecycle: LocalLifecycle, *, start_timeout: float = 60.0):
+        self.lifecycle = lifecycle
+        self.start_timeout = start_timeout
+        self.transport: Transport | None = None
+        self.info = KernelInfo()
+        self.session_id = ""  # the running kernel's session: a "starting" status from another one means a new kernel
+        self.restarts = 0
+        self._control_replies: dict[str, dict] = {}
+        self._pending: collections.deque[tuple[str, dict]] = collections.deque(maxlen=KEEP_PENDING)
+
+    @property
+    def kernel_name(self) -> str:
+        return self.lifecycle.kernel_name
+
+    @property
+    def kernel_id(self) -> str:
+        return self.lifecycle.kernel_id
+
+    @property
+    def local(self) -> bool:
+        return self.lifecycle.local
+
+    @property
+    def pid(self) -> int | None:
+        return self.info.pid if self.info.pid is not None else self.lifecycle.pid
+
+    def is_alive(self) -> bool:
+        return self.lifecycle.is_alive()
+
+    def exit_code(self) -> int | None:
+        return self.lifecycle.exit_code()
+
+    def signal(self, signum: int) -> bool:
+        return self.lifecycle.signal(signum, self.info.pid)
+
+    # -- start --
+
+    def start(self) -> None:
+        try:
+            self.transport = self.lifecycle.start()
+            self.wait_ready(self.start_timeout)
+        except BaseException:
+            self.shutdown()
+            raise
+
+    def _transport(self) -> Transport:
+        if self.transport is None:
+            raise KernelStartError("the kernel is not running; use AgentKernel as a context manager or call start()")
+        return self.transport
+
+    def wait_ready(self, timeout: float) -> None:
+        """kernel_info answered and iopub connected; raises KernelStartError when the kernel does not come up."""
+        transport = self._transport()
+        deadline = time.monotonic() + timeout
+        while True:
+            msg_id = transport.send("shell", "kernel_info_request", {})
+            sent = time.monotonic()
+            replied: dict | None = None
+            iopub_seen = False
+            while time.monotonic() - sent < 1.0 and not (replied and iopub_seen):
+                if not self.lifecycle.is_alive(for_start=True):
+                    raise KernelStartError(self.lifecycle.died_text("while starting"))
+                for channel, msg in transport.poll(0.05):
+                    if channel == "iopub":
+                        iopub_seen = True  # the request makes the kernel publish busy/idle: iopub is subscribed
+                    elif channel == "shell" and msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "kernel_info_reply":
+                        replied = msg
+                    elif channel == "control":
+                        self._keep_control(msg)
+                if time.monotonic() > deadline and replied is None:
+                    raise KernelStartError(
+                        f"kernel {self.kernel_name!r} did not answer kernel_info within {timeout:g} s; "
+                        f"check the kernel's log, or raise start_timeout"
+                    )
+            if replied is not None and iopub_seen:
+                self.info = KernelInfo.from_reply(replied["content"])
+                self.session_id = str(replied["header"].get("session", ""))
+                self.lifecycle.verify_pid(self.info.pid)
+                self.flush()
+                return
+            if time.monotonic() > deadline:
+                raise KernelStartError(f"kernel {self.kernel_name!r} did not become ready within {timeout:g} s")
+
+    # -- messages --
+
+    def execute(self, code: str, *, cell_id: str | None = None, metadata: dict | None = None) -> str:
+        """Send an execute_request (stop_on_error off: one failing cell never aborts the next one)."""
+        content = {"code": code, "silent": False, "store_history": True, "user_expressions": {}, "allow_stdin": False, "stop_on_error": False}
+        meta = dict(metadata or {})
+        if cell_id is not None:
+            meta["cellId"] = cell_id  # what JupyterLab sends; ipykernel passes it on as cell_id
+        return self._transport().send("shell", "execute_request", content, metadata=meta)
+
+    def poll(self, timeout: float) -> list[tuple[str, dict]]:
+        """Messages ready on any channel within `timeout` seconds (first those that arrived during a wait)."""
+        if self._pending:
+            out = list(self._pending)
+            self._pending.clear()
+            return out + self._receive(0)
+        return self._receive(timeout)
+
+    def _receive(self, timeout: float) -> list[tuple[str, dict]]:
+        """From the transport; control replies are also kept for wait_control."""
+        out = self._transport().poll(timeout)
+        for channel, msg in out:
+            if channel == "control":
+                self._keep_control(msg)
+        return out
+
+    def flush(self) -> None:
+        """Drop every pending message (after a restart: nothing old may be mistaken for new)."""
+        try:
+            while self.poll(0):
+                pass
+        except Exception:  # noqa: BLE001 - a closed transport has nothing pending
+            pass
+        self._pending.clear()
+        self._control_replies.clear()
+
+    def control(self, msg_type: str, content: dict | None = None, *, timeout: float) -> dict | None:
+        """A control request; its reply, or None if none came within `timeout` (wedged, or not understood)."""
+        msg_id = self._transport().send("control", msg_type, content or {})
+        return self.wait_control(msg_id, timeout)
+
+    def _keep_control(self, msg: dict) -> None:
+        if len(self._control_replies) > KEEP_CONTROL_REPLIES:
+            self._control_replies.pop(next(iter(self._control_replies)))
+        self._control_replies[msg["parent_header"].get("msg_id", "")] = msg
+
+    def wait_control(self, msg_id: str, timeout: float) -> dict | None:
+        """The control reply to `msg_id`; messages that arrive meanwhile wait for the next poll."""
+        deadline = time.monotonic() + timeout
+        while msg_id not in self._control_replies:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            self._pending.extend(m for m in self._receive(min(left, 0.05)) if m[0] != "control")
+        return self._control_replies.pop(msg_id)
+
+    def shell_request(self, msg_type: str, content: dict, *, timeout: float, reply_type: str) -> dict | None:
+        """A shell request sent while no cell runs; its reply, or None after `timeout`."""
+        msg_id = self._transport().send("shell", msg_type, content)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.is_alive():
+                return None
+            for channel, reply in self.poll(0.1):
+                if channel == "shell" and reply["parent_header"].get("msg_id") == msg_id and reply["msg_type"] == reply_type:
+                    return reply
+        return None
+
+    def cancel_status(self, timeout: float = 0.3) -> dict | None:
+        """Our kernel's cancel_status_reply content; None for stock kernels (they never answer) or when wedged."""
+        if not self.info.ours:
+            return None
+        reply = self.control(protocol.CANCEL_STATUS_REQUEST, {}, timeout=timeout)
+        return reply["content"] if reply is not None else None
+
+    def interrupt(self, target: str | None, *, wedged: bool = False) -> InterruptSent:
+        """Deliver ONE interrupt by the path that works.
+
+        Our kernel: a targeted interrupt_request; if the control channel does
+        not answer within CONTROL_ANSWER (the GIL is held), the same decision
+        goes out as SIGINT to a local kernel, which our C handler turns into
+        the native cancel flag.  Stock kernels: as their kernelspec says.
+        """
+        sent = time.monotonic()
+        if not self.info.ours and self.lifecycle.manager is not None and self.lifecycle.interrupt_mode() == "signal":
+            return InterruptSent(sent, "signal" if self.signal(signal.SIGINT) else "none")
+        content = {"target": target} if self.info.ours and target else {}
+        reply = self.control(protocol.INTERRUPT_REQUEST, content, timeout=0.0 if wedged else CONTROL_ANSWER)
+        if reply is not None:
+            return InterruptSent(sent, "message", reply.get("content") or {})
+        if self.local and self.signal(signal.SIGINT):
+            return InterruptSent(sent, "message+signal")
+        return InterruptSent(sent, "message")
+
+    def read_dump(self, since: float) -> str:
+        """The kernel's faulthandler dump file, if written after `since` (time.time()); it is rewritten per dump."""
+        path = self.info.dump_file
+        if not path:
+            return ""
+        try:
+            if os.path.getmtime(path) < since:
+                return ""
+            with open(path, encoding="utf-8", errors="replace") as f:
+                return f.read(1_000_000)
+        except OSError:
+            return ""
+
+    # -- restart / shutdown --
+
+    def restart(self, *, dead: bool = False) -> None:
+        """A fresh kernel on the same connection (same ports and connection file, so checkpoints are found).
+
+        dead: the kernel already died (or its owner replaced it): nothing to stop first.
+        """
+        self.restarts += 1
+        self.lifecycle.restart(dead=dead, old_pid=self.info.pid, wait_for_owner=self._new_kernel_answers)
+        self.flush()
+        self.wait_ready(self.start_timeout)
+
+    def _new_kernel_answers(self, seconds: float) -> bool:
+        """A kernel other than the one we knew answers kernel_info within `seconds` (its owner restarted it)."""
+        transport = self._transport()
+        old_pid = self.info.pid
+        deadline = time.monotonic() + seconds
+        asked: set[str] = set()  # requests queued while no kernel listened are all answered by the next one
+        while time.monotonic() < deadline:
+            asked.add(transport.send("shell", "kernel_info_request", {}))
+            until = time.monotonic() + 0.5
+            while time.monotonic() < until:
+                for channel, msg in transport.poll(0.1):
+                    if channel != "shell" or msg["parent_header"].get("msg_id") not in asked or msg["msg_type"] != "kernel_info_reply":
+                        continue
+                    if old_pid is None or new_kernel_pid(msg["content"]) != old_pid:
+                        return True
+        return False
+
+    def shutdown(self, *, shutdown_connected: bool = False) -> None:
+        """Stop the channels; shut down a kernel started here (a connected one only if asked).  Never raises."""
+        self.transport = None
+        self.lifecycle.shutdown(shutdown_connected=shutdown_connected)
+
+
+def describe(link: KernelLink) -> dict[str, t.Any]:
+    """The `kernel` field of a result: name, id, pid, ours."""
+    return {"name": link.kernel_name, "id": link.kernel_id, "pid": link.info.pid, "ours": link.info.ours}

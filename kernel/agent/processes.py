@@ -1,0 +1,47 @@
+"""Processes on this host: is a pid alive, and what an exit code means to a person."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+
+def process_running(pid: int) -> bool:
+    """The process exists and is not a zombie (a dead child nobody reaped yet)."""
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return True  # no /proc (macOS): trust kill(0)
+
+
+def runs_connection_file(pid: int, connection_file: str) -> bool:
+    """The process on this host was started with this connection file (so its pid means what it says)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read().decode(errors="replace")
+    except OSError:
+        return False
+    return os.path.basename(connection_file) in cmdline
+
+
+def describe_exit(code: int | None) -> str:
+    """' (killed by SIGKILL: ...)' from a process exit code."""
+    if code is None:
+        return ""
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        hint = {
+            "SIGKILL": ": killed from outside, often by the out-of-memory killer",
+            "SIGSEGV": ": a segmentation fault in native code",
+            "SIGABRT": ": aborted by native code",
+        }.get(name, "")
+        return f" (killed by {name}{hint})"
+    return f" (exit code {code})"

@@ -1,0 +1,13 @@
+"""The command line: `cancelkernel install|uninstall|kernel|demo|exec|run`.
+
+Owns: parsing and dispatch (`main`), option types (`options`), the agent
+commands (`agent_commands`), the demo (`demo`, `demo_policy`).  May import
+anything of the package; nothing imports it but `__main__` and the console
+script.
+"""
+
+from __future__ import annotations
+
+from .main import main as main
+
+__all__ = ["main"]

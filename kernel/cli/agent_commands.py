@@ -1,0 +1,190 @@
+"""`cancelkernel exec` and `cancelkernel run`: the agent client from the command line.
+
+Exit codes: 0 every cell ok; 1 a cell failed (error, interrupted, restarted,
+died); 2 bad input (nothing was started or written); 3 the kernel could not
+be started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import typing as t
+
+from ..agent.errors import AgentError, BadInputError, KernelStartError
+from ..agent.result import CellResult
+from .options import duration_arg
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_KERNEL = 0, 1, 2, 3
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--wall-budget",
+        type=duration_arg("--wall-budget", allow_auto=True),
+        default=None,
+        metavar="S",
+        help="seconds a cell may run (30, 2m; 0 = none; 'auto': from measured runtimes)",
+    )
+    p.add_argument("--quiet-budget", type=duration_arg("--quiet-budget"), default=None, metavar="S", help="seconds a cell may run without output (0 = none)")
+    p.add_argument("--kernel", default="cancelkernel", metavar="NAME", help="kernelspec name (default: %(default)s; 'python3' works too)")
+    p.add_argument("--connection-file", default=None, metavar="FILE", help="use a running kernel instead of starting one")
+    p.add_argument("--log", default=None, metavar="FILE", help="append one JSON line per intervention to FILE")
+    p.add_argument("--interrupt-grace", type=duration_arg("--interrupt-grace"), default=None, metavar="S", help="seconds an interrupted cell gets to stop")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises instead of exiting, so the functions return exit codes."""
+
+    def error(self, message: str) -> t.NoReturn:
+        raise BadInputError(f"{self.prog}: {message}")
+
+
+def _exec_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="cancelkernel exec", description="Run code in a kernel under budgets and print the result.")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("-c", dest="code", metavar="CODE", help="the code to run")
+    src.add_argument("file", nargs="?", metavar="FILE", help="a file of code to run ('-' reads standard input)")
+    _common(p)
+    p.add_argument("--json", action="store_true", help="print the CellResult as JSON")
+    return p
+
+
+def _run_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="cancelkernel run", description="Execute a notebook under the agent policy.")
+    p.add_argument("notebook", metavar="NOTEBOOK")
+    p.add_argument("-o", "--output", default=None, metavar="OUT", help="where to write the executed notebook (default: NAME.executed.ipynb)")
+    _common(p)
+    p.add_argument("--checkpoint", choices=["off", "before-risky", "after-ok"], default="off", help="automatic checkpoints (default: %(default)s)")
+    p.add_argument("--allow-errors", action="store_true", help="keep going after a failing cell; plain errors then do not fail the run")
+    return p
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace | int:
+    try:
+        return parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    except BadInputError as exc:
+        print(f"{exc}\n(see `{parser.prog} --help`)", file=sys.stderr)
+        return EXIT_USAGE
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+
+
+def _agent(args: argparse.Namespace, **extra: t.Any) -> t.Any:
+    from ..agent.client import AgentKernel
+
+    return AgentKernel(
+        args.kernel,
+        connection_file=args.connection_file,
+        wall_budget=args.wall_budget,
+        quiet_budget=args.quiet_budget,
+        interrupt_grace=args.interrupt_grace,
+        log=args.log,
+        **extra,
+    )
+
+
+def exec_main(argv: list[str] | None = None) -> int:
+    """`cancelkernel exec [-c CODE | FILE] [--wall-budget S] [--quiet-budget S] [--kernel NAME] [--json]`."""
+    args = _parse(_exec_parser(), argv)
+    if isinstance(args, int):
+        return args
+    try:
+        code = args.code if args.code is not None else _read_code(args.file)
+        ak = _agent(args)
+    except AgentError as exc:
+        print(f"cancelkernel exec: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        with ak:
+            result = ak.run(code)
+    except KernelStartError as exc:
+        print(f"cancelkernel exec: {exc}", file=sys.stderr)
+        return EXIT_KERNEL
+    except AgentError as exc:
+        print(f"cancelkernel exec: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    if args.json:
+        print(result.to_json(indent=1))
+    else:
+        print_result(result)
+    return EXIT_OK if result.status == "ok" else EXIT_FAILED
+
+
+def _read_code(path: str) -> str:
+    if path == "-":
+        return sys.stdin.read()
+    if not os.path.isfile(path):
+        raise BadInputError(f"{path!r} does not exist (give a file of code, '-' for standard input, or -c CODE)")
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def print_result(result: CellResult, out: t.TextIO | None = None, err: t.TextIO | None = None) -> None:
+    """Outputs as a terminal shows them, then a one-line report on stderr when the client intervened."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    for o in result.outputs:
+        kind = o.get("output_type")
+        if kind == "stream":
+            (err if o.get("name") == "stderr" else out).write(o.get("text", ""))
+        elif kind in ("execute_result", "display_data"):
+            text = o.get("data", {}).get("text/plain")
+            if text is not None:
+                out.write(text if text.endswith("\n") else text + "\n")
+        elif kind == "error":
+            err.write("\n".join(o.get("traceback") or [f"{o.get('ename')}: {o.get('evalue')}"]) + "\n")
+    out.flush()
+    if result.status != "ok":
+        from ..agent.notebook import report_text
+
+        err.write(report_text(result) if result.intervened else f"cancelkernel: {result.summary()}\n")
+        err.flush()
+
+
+def run_main(argv: list[str] | None = None) -> int:
+    """`cancelkernel run NOTEBOOK [-o OUT] [--wall-budget S] [--quiet-budget S] [--kernel NAME] [--log FILE] [--checkpoint MODE] [--allow-errors]`."""
+    args = _parse(_run_parser(), argv)
+    if isinstance(args, int):
+        return args
+    from ..agent import notebook
+
+    try:
+        nb = notebook.load_notebook(args.notebook)
+        out_path = args.output or _default_output(args.notebook)
+        out_dir = os.path.dirname(os.path.abspath(out_path))
+        if not os.path.isdir(out_dir):
+            raise BadInputError(f"output directory {out_dir!r} does not exist")
+        ak = _agent(args, checkpoint=args.checkpoint)
+    except AgentError as exc:
+        print(f"cancelkernel run: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    nbformat = notebook.require_nbformat()
+    run = notebook.NotebookRun()
+    try:
+        with ak:
+            print(f"cancelkernel run: {args.notebook} on kernel {ak.kernel_name!r}", file=sys.stderr)
+            run = notebook.run_notebook(nb, ak, allow_errors=args.allow_errors, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    except KernelStartError as exc:
+        print(f"cancelkernel run: {exc}", file=sys.stderr)
+        return EXIT_KERNEL
+    finally:
+        if run.results:
+            with contextlib.suppress(Exception):
+                nbformat.write(nb, out_path)
+    failed = run.failed(allow_errors=args.allow_errors)
+    summary = f"{len(run.results)} cells run, {len(failed)} failed; wrote {out_path}"
+    if run.stopped_at is not None:
+        summary += f" (stopped after cell {run.stopped_at}; use --allow-errors to keep going)"
+    print(f"cancelkernel run: {summary}", file=sys.stderr)
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+def _default_output(path: str) -> str:
+    stem = path[:-6] if path.endswith(".ipynb") else path
+    return stem + ".executed.ipynb"
+
+
+__all__ = ["exec_main", "run_main", "print_result"]

@@ -1,0 +1,34 @@
+"""The kernel application: IPKernelApp launching CancelKernel (what the kernelspec's argv runs)."""
+
+from __future__ import annotations
+
+from ipykernel.kernelapp import IPKernelApp
+from traitlets import Type, default
+
+from ..checkpoint.settings import CheckpointSettings
+from .ipkernel import CancelKernel
+from .shell import CancelShell
+
+
+class CancelKernelApp(IPKernelApp):
+    """Launches CancelKernel with output streams that feed the watchdog."""
+
+    name = "cancelkernel"
+    kernel_class = Type(
+        "cancelkernel.kernel.CancelKernel",
+        klass="ipykernel.kernelbase.Kernel",
+        help="The Kernel subclass to launch (CancelKernel or a subclass of it).",
+    ).tag(config=True)
+    classes = [*IPKernelApp.classes, CancelKernel, CancelShell, CheckpointSettings]
+
+    @default("outstream_class")
+    def _default_outstream_class(self) -> str:
+        return "cancelkernel.kernel.streams.CancelOutStream"
+
+    def init_signal(self) -> None:
+        """Stock ignores SIGINT here; the kernel installs its own handler instead (upstream.py lists this override)."""
+
+
+def launch(argv: list[str] | None = None) -> None:
+    """Start the kernel."""
+    CancelKernelApp.launch_instance(argv=argv)

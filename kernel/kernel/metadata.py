@@ -1,0 +1,123 @@
+"""What the kernel says about executions: reply metadata and the cancel status, pure functions of the state.
+
+`reply_metadata(execution, reply)` is execute_reply `metadata.cancelkernel`;
+`cancel_status(...)` is the content of cancel_status_reply.  Fields:
+docs/protocol.md.
+"""
+
+from __future__ import annotations
+
+import typing as t
+
+from .. import protocol
+from ..frames import as_dicts, stopped_at
+from ..runtime.execution import Execution, StackRecord
+
+INTERRUPT_ENAMES = ("KeyboardInterrupt", "CancelledError")
+
+
+def reply_metadata(execution: Execution, reply: dict, exec_thread: str) -> dict:
+    """execute_reply metadata.cancelkernel for a finished execution (and its reply content)."""
+    report = execution.report
+    errored = reply.get("status") == "error"
+    if execution.cancelled and errored and (report is not None or reply.get("ename") in INTERRUPT_ENAMES):
+        interrupted, reason = True, execution.cancel.reason
+    elif errored and reply.get("ename") == "DeadlineExceeded":
+        interrupted, reason = True, protocol.REASON_DEADLINE
+    else:
+        interrupted, reason = False, None
+    frames = report.frames if report is not None else []
+    taken = execution.dump or execution.stack
+    if interrupted and not frames and taken is not None:
+        frames = taken.frames  # no traceback reached the shell (the worker was abandoned): the stack the kernel took
+    metadata: dict[str, t.Any] = {
+        "msg_id": execution.msg_id,
+        "interrupted": interrupted,
+        "reason": reason,
+        "cancel_requested": execution.cancelled,
+        "elapsed": round(execution.elapsed(), 6),
+        "stopped_at": stopped_at(frames) if frames else None,
+        "stack": as_dicts(frames) if frames else None,
+        "interrupts_sent": execution.cancel.interrupts_sent,
+        "abandoned_thread": execution.abandoned_thread,
+        "exec_thread": exec_thread,
+        "budgets": {
+            "wall_budget": execution.budgets.wall,
+            "quiet_budget": execution.budgets.quiet,
+            "timeout": execution.budgets.timeout,
+        },
+    }
+    if execution.dump is not None:
+        metadata["stack_source"] = execution.dump.source
+        if not metadata["stack"]:
+            metadata["stack"] = as_dicts(execution.dump.frames)
+            metadata["stopped_at"] = stopped_at(execution.dump.frames)
+    if execution.watch.tripped:
+        metadata["tripped"] = execution.watch.tripped
+    if execution.watch.unresponsive:
+        metadata["unresponsive"] = True
+    if execution.checkpoint:
+        metadata["checkpoint"] = {"before": execution.checkpoint.get("before"), "autosave": execution.checkpoint.get("autosave")}
+    return metadata
+
+
+def refused_metadata(msg_id: str) -> dict:
+    """A cell that was not run (a bad budget)."""
+    return {"msg_id": msg_id, "interrupted": False, "reason": None, "refused": True}
+
+
+def execution_state(execution: Execution) -> str:
+    if execution.watch.unresponsive:
+        return protocol.STATE_UNRESPONSIVE
+    if execution.cancelled:
+        return protocol.STATE_CANCELLING
+    return protocol.STATE_RUNNING
+
+
+def stack_record(execution: Execution, record: StackRecord) -> dict:
+    return {
+        "execution": execution.msg_id,
+        "why": record.why,
+        "elapsed": round(record.elapsed, 4),
+        "frames": as_dicts(record.frames),
+        "stopped_at": stopped_at(record.frames),
+    }
+
+
+def execution_status(execution: Execution) -> dict:
+    """One running execution in cancel_status_reply."""
+    return {
+        "msg_id": execution.msg_id,
+        "subshell_id": execution.subshell_id,
+        "first_line": execution.first_line,
+        "elapsed": round(execution.elapsed(), 4),
+        "seconds_since_output": round(execution.watch.seconds_since_output(), 4),
+        "wall_budget": execution.budgets.wall,
+        "quiet_budget": execution.budgets.quiet,
+        "interrupts_sent": execution.cancel.interrupts_sent,
+        "cancel_reason": execution.cancel.reason,
+        "state": execution_state(execution),
+    }
+
+
+def cancel_status(
+    running: list[Execution],
+    *,
+    exec_thread: str,
+    native_flag: bool,
+    interrupt_grace: float,
+    dump_file: str | None,
+    last_stack: dict | None,
+    abandoned_threads: list[dict],
+) -> dict:
+    """cancel_status_reply content."""
+    return {
+        "status": "ok",
+        "exec_thread": exec_thread,
+        "native_flag": native_flag,
+        "interrupt_grace": interrupt_grace,
+        "execution": execution_status(running[0]) if running else None,
+        "last_stack": last_stack,
+        "dump_file": dump_file,
+        "abandoned_threads": abandoned_threads,
+    }

@@ -1,0 +1,85 @@
+"""The kernel's options (`--CancelKernel.<name>=...` on its command line, or a config file)."""
+
+from __future__ import annotations
+
+import typing as t
+
+from traitlets import Enum, Float, TraitError, Unicode
+from traitlets.config import Configurable
+
+from ..durations import DurationError, parse_duration
+
+
+class Duration(Float):
+    """A number of seconds in the one duration grammar: `30`, `1.5`, `30s`, `2m`, `1h` (0 = off)."""
+
+    info_text = "a duration: seconds (30, 1.5) or with a unit (500ms, 30s, 2m, 1h)"
+
+    def validate(self, obj: t.Any, value: t.Any) -> float:
+        try:
+            return parse_duration(value, self.name or "duration")
+        except DurationError as exc:
+            raise TraitError(str(exc)) from None
+
+    def from_string(self, s: str) -> float:
+        return self.validate(None, s)
+
+
+class KernelOptions(Configurable):
+    """Traits of CancelKernel (a mixin, so their help shows under CancelKernel)."""
+
+    exec_thread = Enum(
+        ["main", "worker"],
+        default_value="main",
+        help="""Where user code runs.  'main': on the main thread, as stock ipykernel
+        (SIGINT breaks blocking calls; signal.signal, alarm, GUI toolkits work).
+        'worker': on one persistent worker thread, keeping the main loop free;
+        interrupts are async exceptions, and a worker stuck in a blocking call
+        past interrupt_grace is abandoned and replaced.""",
+    ).tag(config=True)
+
+    interrupt_grace = Duration(
+        1.0,
+        help="""Seconds an interrupted cell gets to stop.  After that the cell is
+        reported unresponsive-to-interrupt (main mode) or its worker thread is
+        abandoned and replaced (worker mode).""",
+    ).tag(config=True)
+
+    wall_budget = Duration(
+        0.0,
+        help="Default wall budget: seconds a cell may run before it is treated as a runaway (0 = off).",
+    ).tag(config=True)
+
+    quiet_budget = Duration(
+        0.0,
+        help="Default quiet budget: seconds a cell may run without any output before it is a runaway (0 = off).",
+    ).tag(config=True)
+
+    on_runaway = Enum(
+        ["interrupt", "warn"],
+        default_value="interrupt",
+        help="What the watchdog does when a budget trips: interrupt the cell once, or only publish a warning event.",
+    ).tag(config=True)
+
+    dump_dir = Unicode(
+        "",
+        help="Directory for this kernel's stack dump file (default: the Jupyter runtime dir).",
+    ).tag(config=True)
+
+    switch_interval = Float(
+        0.0005,
+        min=0.0,
+        help="""sys.setswitchinterval for the kernel process (seconds; 0 keeps Python's 0.005).
+        A busy cell holds the GIL; the control thread that receives interrupt and
+        status requests waits this long for it at every hand-over, so smaller
+        means faster interrupts of busy Python code.""",
+    ).tag(config=True)
+
+    gil_yield = Float(
+        0.04,
+        min=0.0,
+        help="""Main mode: when one C call has held the GIL this many seconds, send the
+        main thread a signal whose handler lets go of the GIL for 2 ms, so the control
+        thread can read interrupt and status requests.  Reaches C code that checks
+        Python signals (the regex engine, cooperative extensions); 0 turns it off.""",
+    ).tag(config=True)

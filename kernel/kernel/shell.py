@@ -1,0 +1,107 @@
+"""The interactive shell: IPython's, with user code handed to the runtime's executor.
+
+Only `run_code` changes (upstream.run_code_like_ipython, a labelled copy):
+the code object runs through the executor (main thread or worker) inside a
+cancellation window, and an interrupt is reported briefly and fast instead of
+with IPython's full traceback (which costs more than the interrupt itself).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import types
+from collections.abc import Callable
+from typing import Any
+
+from ipykernel.zmqshell import ZMQInteractiveShell
+from traitlets import Any as AnyTrait
+from traitlets import Type
+
+from ..frames import format_frames
+from ..runtime.deadlines import DeadlineExceeded, expired_scope
+from ..runtime.execution import CellInterrupt, Execution, InterruptReport
+from ..runtime.executors import run_here
+from ..runtime.stacks import from_traceback
+from .streams import CancelDisplayPublisher
+from .texts import interrupt_heading, interrupt_message
+from .upstream import run_code_like_ipython
+
+
+class CancelShell(ZMQInteractiveShell):
+    """ZMQInteractiveShell whose cells run through a cancellation-aware executor."""
+
+    runtime = AnyTrait(None, allow_none=True, help="The Runtime whose executor runs user code (set by the kernel).")
+    display_pub_class = Type(CancelDisplayPublisher, help="Publisher of display() output; feeds the quiet-budget clock.")
+
+    # Called with the msg_id of the cell when an error is shown (set by the kernel): an error is output too.
+    on_output: Callable[[str | None], None] | None = None
+
+    async def run_code(self, code_obj: types.CodeType, result: Any = None, *, async_: bool = False) -> bool:
+        """Execute a code object; on an exception show a traceback and return True."""
+        __tracebackhide__ = "__ipython_bottom__"
+        return await run_code_like_ipython(self, code_obj, result, async_, self._execute, lambda exc: self._report(exc, result))
+
+    async def _execute(self, code_obj: types.CodeType, async_: bool) -> None:
+        __tracebackhide__ = True
+        if self.runtime is None:
+            await run_here(code_obj, async_, self.user_global_ns, self.user_ns)
+        else:
+            await self.runtime.executor.run(code_obj, async_, self.user_global_ns, self.user_ns)
+
+    def _report(self, exc: BaseException, result: Any) -> bool:
+        """Our way of showing an interrupt or a whole-cell deadline; False: IPython's traceback."""
+        execution = self._interrupted_execution(exc)
+        if execution is not None:
+            self.show_interrupt(execution, exc)
+            return True
+        scope = expired_scope(exc)
+        if scope is not None:
+            # A whole-cell deadline (%%timeout) has no `with` block to turn its expiry into DeadlineExceeded.
+            error = DeadlineExceeded(scope.message()).with_traceback(exc.__traceback__)
+            if result is not None:
+                result.error_in_exec = error
+            self.showtraceback(exc_tuple=(DeadlineExceeded, error, exc.__traceback__), running_compiled_code=True)
+            return True
+        return False
+
+    def _interrupted_execution(self, exc: BaseException) -> Execution | None:
+        """The execution this exception interrupted, if it is one of our interrupts."""
+        if isinstance(exc, CellInterrupt) and exc.execution is not None:
+            return exc.execution
+        if self.runtime is None:
+            return None
+        execution = self.runtime.core.on_thread(self.runtime.executor.exec_thread_id) or self.runtime.core.on_thread(threading.get_ident())
+        if execution is not None and execution.cancelled and isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):
+            return execution  # e.g. input() re-raises a plain KeyboardInterrupt
+        return None
+
+    def show_interrupt(self, execution: Execution, exc: BaseException) -> None:
+        """Publish a short error for an interrupted cell: where it stopped, why, after how long."""
+        frames = from_traceback(exc.__traceback__, self.cell_label)
+        ename = "CancelledError" if isinstance(exc, asyncio.CancelledError) else "KeyboardInterrupt"
+        evalue = interrupt_message(execution, str(exc))
+        stb = [f"\x1b[31m{ename}\x1b[0m  interrupted, {interrupt_heading(execution)}"]
+        stb += format_frames(frames, color=True)
+        stb.append(f"\x1b[31m{ename}\x1b[0m: {evalue}")
+        execution.report = InterruptReport(ename, evalue, frames)
+        # IPython formats the exception again for its history (ultratb, ~10 ms and
+        # growing with depth) unless the exception renders itself.
+        try:
+            exc._render_traceback_ = lambda: stb  # type: ignore[attr-defined]
+        except AttributeError:
+            pass
+        self._showtraceback(type(exc), evalue, stb)
+
+    def _showtraceback(self, etype: type, evalue: object, stb: list[str]) -> None:
+        if self.on_output is not None:
+            self.on_output(None)
+        super()._showtraceback(etype, evalue, stb)
+
+    def cell_label(self, filename: str) -> str | None:
+        """'Cell In[3]' for a cell's file name, as IPython shows it."""
+        try:
+            named = self.compile.format_code_name(filename)
+        except Exception:  # noqa: BLE001 - older IPython
+            return None
+        return " ".join(named) if named else None

@@ -1,0 +1,229 @@
+"""Every copy or override of ipykernel / IPython internals, in one module.
+
+Each function below says which upstream function it copies or relies on and
+the version it was read from.  `REVIEWED` holds a hash of each upstream
+original per reviewed version; tests/unit/test_upstream.py fails when the
+installed original differs from every reviewed one, so an upgrade cannot
+drift silently: re-read the original, port its changes here, add its hash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import importlib
+import inspect
+import sys
+import threading
+import typing as t
+from warnings import warn
+
+# "module:Class.method" -> {version of its package: first 16 hex digits of sha256(inspect.getsource(it))}.
+REVIEWED: dict[str, dict[str, str]] = {
+    "ipykernel.ipkernel:IPythonKernel.do_execute": {"7.4.0": "78aa91d0af8b79f1"},  # copied: run_cell_like_stock
+    "IPython.core.interactiveshell:InteractiveShell.run_code": {"9.18.1": "a25cdd7bf37c7045"},  # copied: run_code_like_ipython
+    "ipykernel.iostream:OutStream.__init__": {"7.4.0": "7f5e96c287471a18"},  # its private attributes: outstream_has_buffered
+    "ipykernel.iostream:OutStream.flush": {"7.4.0": "a98ae207fca22e14"},  # skipped when empty: CancelOutStream.flush
+    "ipykernel.iostream:OutStream._flush": {"7.4.0": "bbc71cad85cf3fdd"},  # resets _flush_pending
+    "ipykernel.kernelbase:Kernel._abort_queues": {"7.4.0": "a133ec2d4199abd2"},  # done early: abort_before_reply
+    "ipykernel.kernelbase:Kernel._post_dummy_stop_aborting_message": {"7.4.0": "7bb316f614f66735"},
+    "ipykernel.kernelbase:Kernel.finish_metadata": {"7.4.0": "bda67be5df66b0ab"},  # extended: CancelKernel.finish_metadata
+    "ipykernel.kernelbase:Kernel.interrupt_request": {"7.4.0": "77d18f4f7f9ecda7"},  # replaced: CancelKernel.interrupt_request
+    "ipykernel.kernelbase:Kernel.pre_handler_hook": {"7.4.0": "b398c28ca5a83779"},  # replaced: SIGINT stays ours
+    "ipykernel.kernelbase:Kernel.post_handler_hook": {"7.4.0": "074f5f5a14014b68"},  # replaced: SIGINT re-installed
+    "ipykernel.kernelapp:IPKernelApp.init_signal": {"7.4.0": "94108b7972a28c74"},  # replaced: SIGINT not ignored
+}
+
+
+def source_hash(qualified: str) -> tuple[str, str]:
+    """(installed version of its package, hash of its source) for a REVIEWED key."""
+    module_name, _, attr_path = qualified.partition(":")
+    obj: t.Any = importlib.import_module(module_name)
+    for part in attr_path.split("."):
+        obj = getattr(obj, part)
+    package = sys.modules[module_name.split(".")[0]]
+    digest = hashlib.sha256(inspect.getsource(obj).encode()).hexdigest()[:16]
+    return str(getattr(package, "__version__", "?")), digest
+
+
+# -- IPythonKernel.do_execute (ipykernel 7.4.0) ---------------------------------------------
+
+
+async def run_cell_like_stock(
+    kernel: t.Any,
+    code: str,
+    silent: bool,
+    store_history: bool,
+    user_expressions: dict | None,
+    allow_stdin: bool,
+    cell_meta: dict | None,
+    cell_id: str | None,
+    *,
+    always_async: bool,
+) -> dict:
+    """`IPythonKernel.do_execute` of ipykernel 7.4.0, with two differences.
+
+    - `always_async` (worker mode, subshell threads): the cell always goes
+      through `run_cell_async` on the running loop, because it awaits the
+      exec thread and cannot use IPython's blocking pseudo-runner.
+    - No `_cancel_on_sigint` around the awaiting cell: the kernel owns SIGINT
+      (runtime/signals.py) and cancels an awaiting cell's task itself.
+    """
+    from ipykernel.kernelbase import _accepts_parameters
+
+    shell = kernel.shell
+    assert shell is not None
+    kernel._forward_input(allow_stdin)
+    reply_content: dict[str, t.Any] = {}
+    accepts = _accepts_parameters(shell.run_cell_async, ["cell_id", "cell_meta"])
+    try:
+        preprocessing_exc_tuple = None
+        try:
+            transformed_cell = shell.transform_cell(code)
+        except Exception:  # noqa: BLE001 - reported by run_cell, as stock does
+            transformed_cell = code
+            preprocessing_exc_tuple = sys.exc_info()
+        extra: dict[str, t.Any] = {}
+        if accepts["cell_meta"]:
+            extra["cell_meta"] = cell_meta
+        if accepts["cell_id"]:
+            extra["cell_id"] = cell_id
+        if always_async or shell.should_run_async(
+            code, transformed_cell=transformed_cell, preprocessing_exc_tuple=preprocessing_exc_tuple
+        ):
+            coro = shell.run_cell_async(
+                code,
+                store_history=store_history,
+                silent=silent,
+                transformed_cell=transformed_cell,
+                preprocessing_exc_tuple=preprocessing_exc_tuple,
+                **extra,
+            )
+            res = None
+            try:
+                res = await asyncio.ensure_future(coro)
+            finally:
+                shell.events.trigger("post_execute")
+                if not silent:
+                    shell.events.trigger("post_run_cell", res)
+        else:
+            res = shell.run_cell(code, store_history=store_history, silent=silent, **extra)
+    finally:
+        kernel._restore_input()
+
+    err = res.error_before_exec if res.error_before_exec is not None else res.error_in_exec
+    displayhook_error = getattr(shell, "_last_traceback_during_displayhook", False)
+    if res.success and not displayhook_error:
+        reply_content["status"] = "ok"
+    else:
+        reply_content["status"] = "error"
+        reply_content.update(
+            {"traceback": getattr(shell, "_last_traceback", None) or [], "ename": str(type(err).__name__), "evalue": str(err)}
+        )
+        reply_content["engine_info"] = {"engine_uuid": kernel.ident, "engine_id": kernel.int_id, "method": "execute"}
+    reply_content["execution_count"] = shell.execution_count - 1
+    if "traceback" in reply_content:
+        kernel.log.info("Exception in execute request:\n%s", "\n".join(reply_content["traceback"]))
+    if reply_content["status"] == "ok":
+        reply_content["user_expressions"] = shell.user_expressions(user_expressions or {})
+    else:
+        reply_content["user_expressions"] = {}
+    reply_content["payload"] = shell.payload_manager.read_payload()
+    shell.payload_manager.clear_payload()
+    return reply_content
+
+
+# -- InteractiveShell.run_code (IPython 9.18.1; 8.x is the same) ----------------------------
+
+
+async def run_code_like_ipython(
+    shell: t.Any,
+    code_obj: t.Any,
+    result: t.Any,
+    async_: bool,
+    execute: t.Callable[[t.Any, bool], t.Awaitable[None]],
+    report: t.Callable[[BaseException], bool],
+) -> bool:
+    """`InteractiveShell.run_code` of IPython 9.18.1, except two steps.
+
+    - `execute(code_obj, async_)` runs the code (our executor: main thread or worker).
+    - `report(exc)` may show an exception its own way (a short interrupt
+      report); when it returns False, IPython's traceback is shown as usual.
+    Returns True when an exception occurred, as the original does.
+    """
+    __tracebackhide__ = "__ipython_bottom__"
+    # Our excepthook while user code runs, so a direct call to sys.excepthook does not trigger the crash handler.
+    old_excepthook, sys.excepthook = sys.excepthook, shell.excepthook
+    shell.sys_excepthook = old_excepthook
+    outflag = True
+    import bdb
+
+    try:
+        try:
+            await execute(code_obj, async_)
+        finally:
+            sys.excepthook = old_excepthook
+    except SystemExit as e:
+        if result is not None:
+            result.error_in_exec = e
+        shell.showtraceback(exception_only=True)
+        warn("To exit: use 'exit', 'quit', or Ctrl-D.", stacklevel=1)
+    except bdb.BdbQuit:
+        if result is not None:
+            result.error_in_exec = sys.exc_info()[1]
+    except shell.custom_exceptions:
+        etype, value, tb = sys.exc_info()
+        if result is not None:
+            result.error_in_exec = value
+        shell.CustomTB(etype, value, tb)
+    except BaseException as exc:  # noqa: BLE001 - IPython's bare except
+        if result is not None:
+            result.error_in_exec = exc
+        if not report(exc):
+            shell.showtraceback(running_compiled_code=True)
+    else:
+        outflag = False
+    return outflag
+
+
+# -- OutStream internals (ipykernel 7.4.0) -------------------------------------------------
+
+
+def outstream_has_buffered(stream: t.Any) -> bool:
+    """Whether `OutStream.flush` has anything to send (its `_flush_pending` flag, `_buffers` under `_buffer_lock`).
+
+    Another ipykernel layout (attributes missing): always True, so flush behaves as stock.
+    """
+    if getattr(stream, "_flush_pending", True):
+        return True
+    lock = getattr(stream, "_buffer_lock", None)
+    buffers = getattr(stream, "_buffers", None)
+    if lock is None or buffers is None:
+        return True
+    with lock:
+        return any(buffer.tell() for buffer in buffers.values())
+
+
+# -- Kernel._abort_queues / _post_dummy_stop_aborting_message (ipykernel 7.4.0) --------------
+
+
+def abort_before_reply(kernel: t.Any, subshell_id: str | None) -> bool:
+    """Start stop_on_error's aborting of queued cells BEFORE the error reply leaves.
+
+    Stock ipykernel 7 sends the reply first and only then (in `_abort_queues`)
+    sets `_aborting` and queues the marker that ends it, so a cell sent the
+    moment the reply arrives can be answered "aborted" although it came after
+    the error.  Doing it first means only requests already queued are aborted.
+    Returns True if done (then `_abort_queues` must not do it again).
+    """
+    if subshell_id is not None or not kernel.shell_channel_thread:
+        return False  # stock's own _abort_queues handles these
+    kernel._aborting = True
+    queued = threading.Event()
+
+    def post_marker() -> None:
+        kernel._post_dummy_stop_aborting_message(None)
+        queued.set()
+
+    kernel.shell_channel_thread.io_loop.add_callback(post_marker)
+    return queued.wait(1.0)

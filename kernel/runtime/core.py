@@ -1,0 +1,234 @@
+"""The cancellation core: the one place that knows how to stop the code of one execution.
+
+Executions are kept by the thread that runs their user code, so cells running
+at once on different threads are tracked and stopped independently.  A cancel
+names an execution (its execute_request msg_id) and is a no-op for any other:
+it is never "for whatever runs next".  Delivery, in order: the native flag, an
+exception in the thread running the user's code (SIGINT on the main thread, an
+async exception elsewhere), the waker of a cooperative sleep, the asyncio task
+of an awaiting cell, SIGINT to child processes.
+
+Why each step is shaped this way: docs/design.md ("The cancellation core")
+and docs/cancellation.md.  Nothing here knows about Jupyter.
+"""
+
+from __future__ import annotations
+
+import itertools
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from .. import native
+from ..protocol import CANCEL_REASONS
+from .children import signal_child_processes
+from .execution import CellInterrupt, Execution, Window
+
+if TYPE_CHECKING:
+    from .deadlines import CancelScope
+
+# Seconds an awaiting worker cell gets to take a task cancel before we raise in its thread.
+ASYNC_ESCALATION = 0.05
+
+
+class CancellationCore:
+    """Scopes every cancel to one execution and delivers it to where its code runs."""
+
+    def __init__(self, *, signal_children: bool = True, on_cancel: Callable[[Execution], None] | None = None):
+        self._lock = threading.Lock()
+        self._gens = itertools.count(1)
+        self._by_thread: dict[int, Execution] = {}
+        self._signal_children = signal_children
+        self._on_cancel = on_cancel
+        # Set by the SIGINT owner: the execution the kernel is about to SIGINT itself for.
+        self.sigint_expected: Execution | None = None
+
+    # -- lifetime of an execution --
+
+    def begin(self, msg_id: str, code: str, *, thread_id: int, subshell_id: str | None = None) -> Execution:
+        """A cell starts; its user code will run on `thread_id`."""
+        gen = next(self._gens)
+        execution = Execution(msg_id=msg_id, gen=gen, code=code, thread_id=thread_id, subshell_id=subshell_id)
+        # A class per execution: an async exception can only carry a class, and this one names its cell.
+        execution.exc_class = type("KeyboardInterrupt", (CellInterrupt,), {"execution": execution})
+        with self._lock:
+            self._by_thread[thread_id] = execution
+            native.begin(gen)
+        return execution
+
+    def end(self, execution: Execution) -> None:
+        """The cell's reply is about to be sent: nothing may reach its code any more."""
+        with self._lock:
+            execution.ended = True
+            execution.window = None
+            if self._by_thread.get(execution.thread_id) is execution:
+                del self._by_thread[execution.thread_id]
+            if self.sigint_expected is execution:
+                self.sigint_expected = None
+            native.end(execution.gen)
+
+    def running(self) -> list[Execution]:
+        """Every execution running now, parent shell first."""
+        found = list(self._by_thread.values())
+        return sorted(found, key=lambda e: (e.subshell_id is not None, e.gen))
+
+    def on_thread(self, thread_id: int | None) -> Execution | None:
+        """The execution whose user code runs (or will run) on `thread_id`."""
+        return self._by_thread.get(thread_id) if thread_id is not None else None
+
+    def find(self, msg_id: str) -> Execution | None:
+        return next((e for e in self.running() if e.msg_id == msg_id), None)
+
+    @property
+    def parent_execution(self) -> Execution | None:
+        """The parent shell's running execution (what an untargeted interrupt or SIGINT is for)."""
+        return next((e for e in self.running() if e.subshell_id is None), None)
+
+    # -- the window: user code of the execution runs on some thread --
+
+    def open_window(self, execution: Execution, window: Window) -> None:
+        """Called on the exec thread just before user code; raises if already cancelled."""
+        if not window.on_main_thread:
+            native.open_window(execution.gen, window.thread_id)
+        execution.window = window
+        if execution.cancelled and not execution.cancel.delivered:
+            # It arrived between two statements: one interrupt is one KeyboardInterrupt,
+            # raised here; a cell that caught an earlier one goes on as with stock.
+            execution.cancel.delivered = True
+            raise execution.exc_class()
+
+    def close_window(self, execution: Execution, window: Window) -> KeyboardInterrupt | None:
+        """Called on the exec thread after user code; survives an interrupt landing in it.
+
+        Afterwards no interrupt can reach that thread (a pending async exception
+        is cleared).  Returns the interrupt that fired while closing, if one did.
+        """
+        late: KeyboardInterrupt | None = None
+        while True:
+            try:
+                if execution.window is window:
+                    execution.window = None
+                if not window.on_main_thread:
+                    native.close_window(execution.gen, window.thread_id)
+                return late
+            except KeyboardInterrupt as exc:  # ours or a deadline scope's, fired at the boundary
+                late = exc
+
+    # -- cancelling (any thread but the exec thread's own signal handler) --
+
+    def cancel(self, target: str | None, reason: str) -> Execution | None:
+        """Cancel the running execution `target` (None: the parent shell's).
+
+        Returns the execution hit, or None if nothing matched (idle, or the
+        target already ended).  Never blocks on the exec thread.
+        """
+        if reason not in CANCEL_REASONS:
+            raise ValueError(f"unknown cancel reason {reason!r}; expected one of {CANCEL_REASONS}")
+        with self._lock:
+            execution = self.parent_execution if target is None else self.find(target)
+            if execution is None:
+                return None
+            self.mark_cancelled(execution, reason)
+            self.deliver(execution, execution.exc_class)
+        if self._signal_children:
+            signal_child_processes(signal.SIGINT)
+        if self._on_cancel is not None:
+            self._on_cancel(execution)
+        return execution
+
+    def mark_cancelled(self, execution: Execution, reason: str) -> None:
+        state = execution.cancel
+        if state.reason is None:
+            state.reason = reason
+            state.time = time.monotonic()
+        state.interrupts_sent += 1
+        state.delivered = False  # each interrupt is raised once, wherever the code is
+        native.cancel(execution.gen)
+
+    def deliver(self, execution: Execution, exc_class: type[BaseException]) -> None:
+        """Raise `exc_class` where the execution's user code is (or let open_window do it later)."""
+        window = execution.window
+        if window is None:
+            return  # between statements: open_window raises when user code resumes
+        if window.on_main_thread:
+            native.expect_sigint(execution.gen)
+            self.sigint_expected = execution
+            main = threading.main_thread().ident
+            assert main is not None
+            signal.pthread_kill(main, signal.SIGINT)
+        elif window.loop is not None:
+            # An awaiting cell: cancel its task; the watchdog raises in the
+            # thread later only if busy code keeps the loop from running.
+            window.loop.call_soon_threadsafe(self.cancel_task_if_open, execution, window)
+            execution.cancel.escalate_at = time.monotonic() + ASYNC_ESCALATION
+        elif native.raise_in_window(execution.gen, exc_class):
+            execution.cancel.delivered = True
+        if window.waker is not None:
+            window.waker.set()
+
+    def escalate(self, execution: Execution) -> None:
+        """Raise in a worker whose awaiting cell did not take the task cancel (busy code)."""
+        with self._lock:
+            execution.cancel.escalate_at = None
+            window = execution.window
+            if execution.ended or window is None or window.on_main_thread:
+                return
+            exc_class = self.exc_for(execution)
+            if exc_class is not None and native.raise_in_window(execution.gen, exc_class):
+                execution.cancel.delivered = True
+
+    def exc_for(self, execution: Execution) -> type[BaseException] | None:
+        """What to raise now: the execution's interrupt (once), else a fired deadline's."""
+        if execution.cancelled and not execution.cancel.delivered:
+            return execution.exc_class
+        scope = execution.cancel.pending_scope
+        if scope is not None and scope.active:
+            return scope.exc_class
+        return None
+
+    def cancel_task_if_open(self, execution: Execution, window: Window) -> None:
+        """On the loop's thread: cancel the awaiting cell's task, only while it still awaits user code."""
+        if execution.window is not window or self.exc_for(execution) is None:
+            return
+        if window.task is not None and not window.task.done():
+            execution.cancel.delivered = True
+            window.task.cancel()
+
+    # -- deadlines (deadlines.py): a cancel scoped to a `with` block, not the whole execution --
+
+    def fire_scope(self, scope: CancelScope) -> bool:
+        """The scope's deadline passed (watchdog thread): raise its class in the scope's thread."""
+        with self._lock:
+            execution = scope.execution
+            if execution is None or execution.ended or not scope.active or scope.cancel_called:
+                return False
+            window = execution.window
+            if window is None or window.thread_id != scope.thread_id:
+                return False
+            scope.cancel_called = True
+            execution.cancel.pending_scope = scope
+            native.cancel(execution.gen)
+            if not execution.cancelled:
+                self.deliver(execution, scope.exc_class)
+            return True
+
+    def end_scope(self, scope: CancelScope) -> None:
+        """The scope's block exited (exec thread): nothing of its deadline may fire later."""
+        execution = scope.execution
+        if execution is None or execution.ended or execution.cancel.pending_scope is not scope:
+            return
+        execution.cancel.pending_scope = None
+        if execution.cancelled:
+            return
+        native.begin(execution.gen)  # the flag was set for the deadline only: clear it
+        window = execution.window
+        if window is not None and not window.on_main_thread:
+            # Drop a deadline exception still pending for this thread, keep the window.
+            native.close_window(execution.gen, window.thread_id)
+            native.open_window(execution.gen, window.thread_id)
+            if execution.cancelled:
+                execution.cancel.delivered = True
+                raise execution.exc_class()
+

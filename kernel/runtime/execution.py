@@ -1,0 +1,148 @@
+"""One cell run, from execute_request to execute_reply: everything the kernel knows about it.
+
+An `Execution` is created by the cancellation core when a cell begins and
+dropped when its reply has been built.  It is the only owner of the cell's
+state; who writes which part is fixed:
+
+- identity (msg_id, gen, code, thread, subshell): set at begin, never changed;
+- `cancel`: the cancellation core, under its lock (and its SIGINT handler on
+  the main thread, which never takes the lock);
+- `budgets`: set at begin; `watch`: the watchdog thread (`last_output` by
+  whichever thread writes the cell's output: a float store is atomic);
+- `stack`, `report`, `dump`, `abandoned_thread`, `checkpoint`: the kernel side,
+  at the moments its docstrings name.
+
+The reply metadata is a pure function of this object (kernel/metadata.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..frames import Frame
+
+if TYPE_CHECKING:
+    from .deadlines import CancelScope
+
+
+class CellInterrupt(KeyboardInterrupt):
+    """Base of the per-execution interrupt classes (an async exception can only carry a class)."""
+
+    execution: Execution | None = None
+
+
+@dataclass
+class Window:
+    """User code of one execution is running on `thread_id` right now."""
+
+    thread_id: int
+    on_main_thread: bool
+    task: asyncio.Future | None = None  # an awaiting cell's task: cancelled instead of raised into
+    loop: asyncio.AbstractEventLoop | None = None
+    waker: threading.Event | None = None  # set on delivery: wakes a worker's cooperative time.sleep
+
+
+@dataclass
+class Budgets:
+    """Seconds the cell may run (wall), may stay silent (quiet), and a deadline over the whole cell."""
+
+    wall: float = 0.0  # 0 = off
+    quiet: float = 0.0  # 0 = off
+    timeout: float | None = None  # %%timeout / metadata "timeout": DeadlineExceeded after this long
+
+
+@dataclass
+class CancelState:
+    """Whether and why the execution was cancelled (written by the cancellation core only)."""
+
+    reason: str | None = None
+    time: float | None = None  # time.monotonic() of the first cancel
+    interrupts_sent: int = 0
+    delivered: bool = False  # the latest interrupt was raised (each one is raised once)
+    escalate_at: float | None = None  # when to raise in a worker whose task cancel did not land
+    pending_scope: CancelScope | None = None  # a deadline scope that fired and has not exited yet
+
+
+@dataclass
+class WatchState:
+    """The watchdog's clocks and findings for one execution."""
+
+    last_output: float = field(default_factory=time.monotonic)
+    tripped: str | None = None  # the budget that tripped, once
+    unresponsive: bool = False  # an interrupt did not stop it within the grace period
+
+    def seconds_since_output(self) -> float:
+        return time.monotonic() - self.last_output
+
+
+@dataclass
+class StackRecord:
+    """A stack the kernel took of the cell, and why."""
+
+    why: str  # protocol.STACK_RUNAWAY | STACK_UNRESPONSIVE | STACK_DUMP
+    elapsed: float
+    frames: list[Frame]
+    source: str = "live"  # "live" (sys._current_frames) or "faulthandler" (taken while the GIL was held)
+
+
+@dataclass
+class InterruptReport:
+    """What the shell showed for the interrupted cell (its reply reuses it)."""
+
+    ename: str
+    evalue: str
+    frames: list[Frame]
+
+
+@dataclass
+class Execution:
+    """One cell's run (see the module docstring for who writes what)."""
+
+    msg_id: str
+    gen: int
+    code: str
+    thread_id: int  # the thread that runs its user code
+    subshell_id: str | None = None  # None: the parent shell
+    started: float = field(default_factory=time.monotonic)
+    exc_class: type[CellInterrupt] = CellInterrupt
+    window: Window | None = None
+    ended: bool = False
+    budgets: Budgets = field(default_factory=Budgets)
+    cancel: CancelState = field(default_factory=CancelState)
+    watch: WatchState = field(default_factory=WatchState)
+    stack: StackRecord | None = None
+    report: InterruptReport | None = None
+    dump: StackRecord | None = None  # the stack faulthandler wrote while the GIL was held, if any
+    abandoned_thread: str | None = None  # worker mode: the exec thread given up on (blocked in C)
+    checkpoint: dict[str, Any] = field(default_factory=dict)  # {"before": ..., "autosave": ...} when saved
+
+    @property
+    def first_line(self) -> str:
+        for line in self.code.splitlines():
+            if line.strip():
+                return line.strip()[:120]
+        return ""
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancel.reason is not None
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def seconds_to_trip(self, now: float) -> float | None:
+        """Time left before a budget trips (None: no budget)."""
+        left = []
+        if self.budgets.wall:
+            left.append(self.started + self.budgets.wall - now)
+        if self.budgets.quiet:
+            left.append(self.watch.last_output + self.budgets.quiet - now)
+        return max(0.0, min(left)) if left else None
+
+    def output_seen(self) -> None:
+        """The cell printed or displayed something: its quiet clock starts again."""
+        self.watch.last_output = time.monotonic()

@@ -1,0 +1,125 @@
+"""Executors: where a cell's code objects run.  Two modes, one interface.
+
+- `MainThreadExecutor` (mode "main"): user code on the main thread, exactly
+  where stock ipykernel runs it; SIGINT breaks blocking calls.
+- `WorkerExecutor` (mode "worker", worker.py): user code on one persistent
+  worker thread, the main loop stays free; interrupts arrive as async
+  exceptions, and a worker stuck in a blocking C call past the grace period
+  is abandoned and replaced (the namespace is shared, so nothing is lost).
+
+Both open a cancellation window around the user's code, so that an
+interrupt is only ever raised inside the code of the execution it was meant
+for, and run it as that execution's code for deadlines (`registry.cell`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import types
+from collections.abc import Callable
+from typing import Any
+
+from .core import CancellationCore
+from .deadlines import DeadlineRegistry
+from .execution import Execution, Window
+
+LabelOf = Callable[[str], "str | None"]
+
+
+def is_abandoned_thread() -> bool:
+    """The calling thread is an exec thread given up on: its output goes nowhere."""
+    return getattr(threading.current_thread(), "abandoned", False) is True
+
+
+class Executor:
+    """Runs one compiled code object of the current execution."""
+
+    mode = "?"
+
+    def __init__(self, core: CancellationCore, deadlines: DeadlineRegistry, label_of: LabelOf):
+        self.core = core
+        self.deadlines = deadlines
+        self.label_of = label_of
+
+    async def run(self, code: types.CodeType, async_: bool, globals_: dict, locals_: Any) -> None:
+        raise NotImplementedError
+
+    @property
+    def exec_thread_id(self) -> int:
+        """The thread that runs user code now (or will run it next)."""
+        raise NotImplementedError
+
+    def on_unresponsive(self, execution: Execution) -> bool:
+        """Called by the watchdog when an interrupt did not stop the code within the grace period.
+
+        Returns True if the executor recovered on its own (e.g. replaced the worker).
+        """
+        return False
+
+    def abandoned_threads(self) -> list[dict]:
+        """Threads given up on, still alive, with where they are blocked."""
+        return []
+
+    def shutdown(self) -> None:
+        pass
+
+
+async def run_here(code: types.CodeType, async_: bool, globals_: dict, locals_: Any) -> None:
+    """Run on the calling thread with no window: outside any execution, or nested in one."""
+    __tracebackhide__ = True
+    if async_:
+        await eval(code, globals_, locals_)
+    else:
+        exec(code, globals_, locals_)
+
+
+def nested(execution: Execution | None) -> bool:
+    """run_code called from inside user code (%%capture, a nested run_cell): stay where we are."""
+    window = execution.window if execution is not None else None
+    return window is not None and window.thread_id == threading.get_ident()
+
+
+class MainThreadExecutor(Executor):
+    """User code on the main thread, as stock ipykernel does."""
+
+    mode = "main"
+
+    async def run(self, code: types.CodeType, async_: bool, globals_: dict, locals_: Any) -> None:
+        __tracebackhide__ = True
+        execution = self.core.on_thread(threading.get_ident())
+        if execution is None or nested(execution):
+            await run_here(code, async_, globals_, locals_)
+            return
+        window = Window(threading.get_ident(), on_main_thread=True)
+        if async_:
+            # The task to cancel while the cell awaits: the one running run_cell_async.
+            window.task = asyncio.current_task()
+            window.loop = asyncio.get_running_loop()
+        with self.deadlines.cell(execution, self.label_of):
+            try:
+                self.core.open_window(execution, window)
+                if async_:
+                    await eval(code, globals_, locals_)
+                else:
+                    exec(code, globals_, locals_)
+            finally:
+                late_interrupt = self.core.close_window(execution, window)
+        if late_interrupt is not None:
+            raise late_interrupt
+
+    @property
+    def exec_thread_id(self) -> int:
+        ident = threading.main_thread().ident
+        assert ident is not None
+        return ident
+
+
+def make_executor(mode: str, core: CancellationCore, deadlines: DeadlineRegistry, label_of: LabelOf) -> Executor:
+    if mode == "main":
+        return MainThreadExecutor(core, deadlines, label_of)
+    if mode == "worker":
+        from .worker import WorkerExecutor
+
+        return WorkerExecutor(core, deadlines, label_of)
+    raise ValueError(f"unknown exec_thread mode {mode!r}; use 'main' or 'worker'")

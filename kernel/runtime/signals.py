@@ -1,0 +1,118 @@
+"""SIGINT belongs to the kernel for its whole life, and reaches only the execution it was meant for.
+
+Stock ipykernel swaps SIGINT handlers around every message; we install one
+Python handler (and the native C handler in front of it) and keep it,
+re-installing it after a cell that replaced it.  The kernel's own SIGINT
+(main-thread delivery) is marked "expected"; an outside one (kill -INT, a
+kernelspec with signal interrupt mode, Ctrl-C) is attributed by the C handler
+to the execution running when it arrived, so a late signal is dropped instead
+of hitting the next cell.
+
+Also here: the GIL yield (main mode), which lets the control thread read an
+interrupt while one C call that checks signals holds the GIL.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+import types
+
+from .. import native
+from ..protocol import REASON_SIGNAL
+from .core import CancellationCore
+
+# How long the main thread lets go of the GIL when asked to yield.
+YIELD_SLEEP = 0.002
+# glibc keeps the first real-time signals for itself; SIGRTMIN+3 is free and rarely used.
+YIELD_SIGNAL_OFFSET = 3
+_real_sleep = time.sleep
+
+
+def _is_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+class SigintOwner:
+    """The kernel's one SIGINT handler, scoped to executions by the core."""
+
+    def __init__(self, core: CancellationCore):
+        self.core = core
+        self._run_code_codes: set[types.CodeType] = set()
+
+    def register_run_code(self, code: types.CodeType) -> None:
+        """Frames of this code object mark "inside the shell's run_code": only there does SIGINT raise."""
+        self._run_code_codes.add(code)
+
+    def install(self) -> None:
+        """Own SIGINT on the main thread (and chain the native C handler in front)."""
+        signal.signal(signal.SIGINT, self._on_sigint)
+        native.install_sigint_handler()
+
+    def ensure(self) -> None:
+        """Re-install after user code or a library replaced the handler."""
+        if not _is_main_thread():
+            return
+        if signal.getsignal(signal.SIGINT) != self._on_sigint:
+            signal.signal(signal.SIGINT, self._on_sigint)
+        if not native.sigint_handler_installed():
+            native.install_sigint_handler()
+
+    def enable_gil_yield(self, stall: float) -> bool:
+        """Main mode: when one C call holds the GIL for `stall` s, signal it to hand the GIL over.
+
+        A C call that checks Python signals (the regex engine does) then runs
+        our handler, which sleeps a moment: the control thread gets the GIL and
+        can read an interrupt or status request.  Needs the compiled module.
+        """
+        signum = getattr(signal, "SIGRTMIN", None)
+        if signum is None or not native.available or not _is_main_thread():
+            return False
+        signum += YIELD_SIGNAL_OFFSET
+        signal.signal(signum, _yield_gil)
+        signal.siginterrupt(signum, False)  # never turn a system call of user code into EINTR
+        return bool(native.start_gil_yield(signum, stall))
+
+    def _on_sigint(self, signum: int, frame: types.FrameType | None) -> None:
+        # Runs on the main thread between bytecodes, possibly inside the core's
+        # own critical sections: never take the core's lock here.
+        core = self.core
+        expected, core.sigint_expected = core.sigint_expected, None
+        arrival = native.take_sigint_arrival()
+        execution = core.parent_execution
+        if execution is None:
+            return
+        if expected is None:
+            # An outside SIGINT (kill -INT, signal interrupt mode, Ctrl-C).
+            if arrival == 0 or (arrival > 0 and arrival != execution.gen):
+                return  # it arrived while idle or during an execution that has ended
+            core.mark_cancelled(execution, REASON_SIGNAL)
+        elif expected is not execution:
+            return  # our own SIGINT for an execution that has ended
+        window = execution.window
+        exc_class = core.exc_for(execution)
+        if window is None or exc_class is None:
+            return
+        if not window.on_main_thread:
+            core.deliver(execution, exc_class)
+        elif self._inside_run_code(frame):
+            execution.cancel.delivered = True
+            raise exc_class()
+        elif window.task is not None:
+            # A top-level-await cell suspended in the event loop: cancel its task.
+            assert window.loop is not None
+            window.loop.call_soon_threadsafe(core.cancel_task_if_open, execution, window)
+
+    def _inside_run_code(self, frame: types.FrameType | None) -> bool:
+        codes = self._run_code_codes
+        while frame is not None:
+            if frame.f_code in codes:
+                return True
+            frame = frame.f_back
+        return False
+
+
+def _yield_gil(signum: int, frame: types.FrameType | None) -> None:
+    """Let the threads waiting for the GIL (control, watchdog) run; a pending SIGINT then lands here."""
+    _real_sleep(YIELD_SLEEP)

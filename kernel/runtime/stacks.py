@@ -1,0 +1,53 @@
+"""Stacks from inside the process: a traceback, or another thread's live frames (needs the GIL).
+
+Both become `frames.Frame` lists through the one user-frame filter
+(`frames.user_stack`).  Cost: the frames kept, never the depth of the stack
+(stock IPython spends 0.67 s formatting a traceback 200 frames deep).
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+
+from ..frames import MAX_FRAMES, Frame, LabelOf, Location, is_machinery, user_stack
+
+# Deepest live stack walked: past this the outer frames are the kernel's own anyway.
+MAX_WALK = 200
+
+
+def from_traceback(tb: types.TracebackType | None, label_of: LabelOf | None = None) -> list[Frame]:
+    """The frames of a traceback a user needs, innermost last."""
+    raw: list[Location] = []
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if not is_machinery(code.co_filename):
+            raw.append((code.co_filename, tb.tb_lineno or code.co_firstlineno, code.co_name))
+            if len(raw) > 2 * MAX_FRAMES:
+                del raw[:MAX_FRAMES]  # keep the list short however deep the stack is
+        tb = tb.tb_next
+    return user_stack(raw, label_of)
+
+
+def from_frame(frame: types.FrameType | None, label_of: LabelOf | None = None) -> list[Frame]:
+    """The frames of a live stack (e.g. another thread's) a user needs, innermost last."""
+    raw: list[Location] = []
+    while frame is not None and len(raw) < MAX_WALK:
+        code = frame.f_code
+        raw.append((code.co_filename, frame.f_lineno or code.co_firstlineno, code.co_name))
+        frame = frame.f_back
+    raw.reverse()
+    return user_stack(raw, label_of)
+
+
+def thread_stack(thread_id: int, label_of: LabelOf | None = None) -> list[Frame]:
+    """The live stack of one thread, user frames only."""
+    return from_frame(sys._current_frames().get(thread_id), label_of)
+
+
+def blocked_at(thread_id: int | None) -> str:
+    """'file:line in function' of a thread's innermost frame (where it is blocked)."""
+    frame = sys._current_frames().get(thread_id) if thread_id is not None else None
+    if frame is None:
+        return "unknown"
+    return f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"

@@ -1,0 +1,161 @@
+"""The watchdog: a thread of its own that notices runaway and unresponsive cells.
+
+For every running execution it checks the wall budget (seconds of execution)
+and the quiet budget (seconds without output), and reports an interrupt that
+did not stop the cell within the grace period.  It also fires expired
+deadline scopes, raises in a worker whose awaiting cell ignored its task
+cancel, beats the GIL-yield heartbeat, and pushes the stack dump's dead man's
+switch.  It decides nothing itself: the runtime passes callbacks that publish
+events, take stacks and interrupt ONCE.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from .. import native
+from ..protocol import REASON_QUIET_BUDGET, REASON_WALL_BUDGET
+from .core import CancellationCore
+from .deadlines import DeadlineRegistry
+from .dumps import DumpFile
+from .execution import Execution
+
+log = logging.getLogger("cancelkernel")
+
+# How often the watchdog looks while a cell runs: budgets are checked to this precision.
+TICK = 0.02
+# How often a live watchdog pushes the stack dump's deadline forward.
+PUSH_EVERY = 0.1
+# The dump fires after the watchdog has been starved this long (at least; see Watchdog.starved_after).
+MIN_STARVED = 0.3
+
+
+class Watchdog:
+    """Budgets, deadlines and grace periods of every running execution, on a thread of its own."""
+
+    def __init__(
+        self,
+        core: CancellationCore,
+        *,
+        grace: float,
+        dumps: DumpFile,
+        on_trip: Callable[[Execution, str], None],
+        on_unresponsive: Callable[[Execution], None],
+    ):
+        self.core = core
+        self.grace = grace
+        self.dumps = dumps
+        self.deadlines = DeadlineRegistry(core, self.wake)
+        self._on_trip = on_trip
+        self._on_unresponsive = on_unresponsive
+        self._wake = threading.Event()
+        self._stopped = False
+        self._pushed_at = 0.0
+        self._thread = threading.Thread(target=self._run, name="cancelkernel-watchdog", daemon=True)
+        self._thread.start()
+
+    @property
+    def starved_after(self) -> float:
+        """Seconds without a push after which the dump fires: the grace period, never less than MIN_STARVED."""
+        return max(self.grace, MIN_STARVED)
+
+    def wake(self) -> None:
+        """Look again now (a cell began, a scope was armed)."""
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._wake.set()
+        self.dumps.disarm()
+
+    def _next_wake(self, now: float) -> float | None:
+        waits = []
+        deadline = self.deadlines.next_deadline()
+        if deadline is not None:
+            waits.append(deadline - now)
+        if self.core.running():
+            waits.append(TICK)
+        return min(waits) if waits else None
+
+    def _run(self) -> None:
+        while not self._stopped:
+            wait = self._next_wake(time.monotonic())
+            if wait is None:
+                self.dumps.disarm()
+                self._wake.wait()
+                self._wake.clear()
+                continue
+            if wait > 0 and self._wake.wait(wait):
+                self._wake.clear()
+            try:
+                self.tick(time.monotonic())
+            except Exception:  # noqa: BLE001 - the watchdog must outlive any bug in a callback
+                log.exception("watchdog check failed")
+
+    def tick(self, now: float) -> None:
+        """One look at everything (public for tests with an injected clock)."""
+        native.gil_heartbeat()  # proof that Python threads still get the GIL
+        scope = self.deadlines.expired(now)
+        if scope is not None and not self.core.fire_scope(scope):
+            self._wake.wait(TICK)  # between statements: try again when user code resumes
+        running = self.core.running()
+        for execution in running:
+            self.check(execution, now)
+        self._push_dump_deadline(running, now)
+
+    def check(self, execution: Execution, now: float) -> None:
+        """One look at one execution."""
+        if execution.ended:
+            return
+        state, watch, budgets = execution.cancel, execution.watch, execution.budgets
+        if state.escalate_at is not None and now >= state.escalate_at:
+            self.core.escalate(execution)
+        if watch.tripped is None and not execution.cancelled:
+            if budgets.wall and now - execution.started > budgets.wall:
+                watch.tripped = REASON_WALL_BUDGET
+            elif budgets.quiet and now - watch.last_output > budgets.quiet:
+                watch.tripped = REASON_QUIET_BUDGET
+            if watch.tripped is not None:
+                self._on_trip(execution, watch.tripped)
+        if (
+            execution.cancelled
+            and not watch.unresponsive
+            and state.time is not None
+            and now - state.time > self.grace
+            and execution.window is not None
+        ):
+            watch.unresponsive = True
+            self._on_unresponsive(execution)
+
+    def _push_dump_deadline(self, running: list[Execution], now: float) -> None:
+        """Keep the dump a starvation period past the nearest budget (or cancel) of any running cell."""
+        due = dump_due(running, now)
+        if due is None:
+            self.dumps.disarm()
+        elif not self.dumps.armed or now - self._pushed_at >= PUSH_EVERY:
+            self._pushed_at = now
+            self.dumps.arm(due + self.starved_after)
+
+
+def dump_due(running: list[Execution], now: float) -> float | None:
+    """Seconds until someone will want a stack if the GIL is held from now on (None: nobody will).
+
+    A cancelled cell (or one whose deadline fired) wants it at once; a cell
+    with a budget or a whole-cell timeout when that runs out.
+    """
+    dues = []
+    for execution in running:
+        if execution.ended:
+            continue
+        if execution.cancelled or execution.cancel.pending_scope is not None:
+            dues.append(0.0)
+            continue
+        left = execution.seconds_to_trip(now)
+        if left is not None:
+            dues.append(left)
+        if execution.budgets.timeout:
+            dues.append(max(0.0, execution.started + execution.budgets.timeout - now))
+    return min(dues) if dues else None

@@ -1,0 +1,275 @@
+"""Worker mode: user code on one persistent worker thread with its own asyncio loop.
+
+Interrupts arrive as async exceptions (GIL-atomic with the window, in the
+native module), `time.sleep` is woken cooperatively, an awaiting cell's task
+is cancelled.  A worker blocked in a C call that no exception can reach
+(`Event.wait`, `recv`, ...) is abandoned after the grace period and replaced;
+the namespace is shared, so the variables are kept.  A worker that runs
+Python code and swallowed the interrupt is never abandoned: it is reported
+unresponsive, as in main mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import sys
+import threading
+import time
+import types
+from dataclasses import dataclass
+from typing import Any
+
+from .core import CancellationCore
+from .deadlines import DeadlineRegistry
+from .execution import Execution, Window
+from .executors import Executor, LabelOf, nested, run_here
+from .stacks import blocked_at
+
+log = logging.getLogger("cancelkernel")
+
+_real_sleep = time.sleep
+
+
+@dataclass
+class _Job:
+    execution: Execution
+    code: types.CodeType
+    async_: bool
+    globals_: dict
+    locals_: Any
+    context: contextvars.Context
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future
+    window: Window | None = None
+    error: BaseException | None = None
+    finished: bool = False
+
+
+class _Worker(threading.Thread):
+    """One persistent exec thread running its own asyncio loop, as the main thread does in stock.
+
+    Cells run as callbacks of that loop (sync cells) or as tasks on it (await
+    cells), so thread-locals, sqlite connections and asyncio tasks a cell
+    started all live on between cells.
+    """
+
+    def __init__(self, executor: WorkerExecutor, number: int):
+        super().__init__(name=f"cancelkernel-exec-{number}", daemon=True)
+        self.executor = executor
+        self.core = executor.core
+        self.job: _Job | None = None
+        self.abandoned = False
+        self.stopping = False
+        self.loop = asyncio.new_event_loop()
+        # Set by the core when it delivers an interrupt: wakes cooperative_sleep.
+        self.waker = threading.Event()
+
+    def submit(self, job: _Job) -> None:
+        self.loop.call_soon_threadsafe(self._start, job)
+
+    def stop(self) -> None:
+        self.stopping = True
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+    def run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        while not (self.abandoned or self.stopping):
+            try:
+                self.loop.run_forever()
+            except BaseException as exc:  # noqa: BLE001 - a late interrupt escaped a callback
+                job = self.job
+                if job is not None and not job.finished:
+                    job.error = job.error or exc
+                    self._finish(job)
+
+    def _start(self, job: _Job) -> None:
+        self.job = job
+        self.waker.clear()
+        assert self.ident is not None
+        job.window = Window(self.ident, on_main_thread=False, waker=self.waker)
+        if job.async_:
+            job.context.run(self._start_async, job)
+            if job.error is not None:
+                self._finish(job)
+        else:
+            job.context.run(self._run_sync, job)
+            self._finish(job)
+
+    def _run_sync(self, job: _Job) -> None:
+        assert job.window is not None
+        try:
+            with self.executor.deadlines.cell(job.execution, self.executor.label_of):
+                self.core.open_window(job.execution, job.window)
+                exec(job.code, job.globals_, job.locals_)
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread as is
+            job.error = exc
+
+    def _start_async(self, job: _Job) -> None:
+        window = job.window
+        assert window is not None
+        try:
+            # The task copies this context: deadlines entered in the cell belong to it.
+            with self.executor.deadlines.cell(job.execution, self.executor.label_of):
+                coro = eval(job.code, job.globals_, job.locals_)
+                task = self.loop.create_task(coro)
+            window.task, window.loop = task, self.loop
+            self.core.open_window(job.execution, window)
+        except BaseException as exc:  # noqa: BLE001
+            job.error = exc
+            if window.task is not None:
+                window.task.cancel()
+            return
+        task.add_done_callback(lambda done: self._async_done(job, done))
+
+    def _async_done(self, job: _Job, task: asyncio.Future) -> None:
+        try:
+            task.result()
+        except BaseException as exc:  # noqa: BLE001 - CancelledError included
+            job.error = exc
+        self._finish(job)
+
+    def _finish(self, job: _Job) -> None:
+        # After close_window no interrupt can reach this thread any more.
+        assert self.ident is not None
+        window = job.window or Window(self.ident, on_main_thread=False)
+        late_interrupt = self.core.close_window(job.execution, window)
+        if late_interrupt is not None and job.error is None:
+            job.error = late_interrupt
+        job.finished = True
+        self.job = None
+        if self.abandoned:
+            self.loop.stop()  # the main thread has moved on: report nothing, touch nothing, end
+            return
+        error = _trim(job.error) if job.error is not None else None
+        job.loop.call_soon_threadsafe(_resolve, job.future, error)
+
+
+def _resolve(future: asyncio.Future, error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is None:
+        future.set_result(None)
+    else:
+        future.set_exception(error)
+
+
+def _trim(error: BaseException) -> BaseException:
+    """Drop the runtime's frames from the top of a traceback: the user sees their code first."""
+    tb = error.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    return error.with_traceback(tb)
+
+
+def cooperative_sleep(seconds: float) -> None:
+    """time.sleep for the worker's user code: an interrupt or a deadline wakes it.
+
+    A worker blocked in the C sleep cannot receive an async exception, so on
+    the exec worker we wait on its waker instead; the async exception the core
+    delivered fires as soon as the wait returns.  Other threads sleep as usual.
+    """
+    __tracebackhide__ = True
+    worker = threading.current_thread()
+    if not isinstance(worker, _Worker) or worker.abandoned or worker.job is None:
+        return _real_sleep(seconds)
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0 or seconds != seconds:
+        return _real_sleep(seconds)  # same errors (and zero-sleep yield) as the real one
+    deadline = time.monotonic() + seconds
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        if worker.waker.wait(min(left, 3600.0)):
+            worker.waker.clear()
+
+
+class WorkerExecutor(Executor):
+    """User code on one persistent worker thread; the main loop stays free."""
+
+    mode = "worker"
+
+    def __init__(self, core: CancellationCore, deadlines: DeadlineRegistry, label_of: LabelOf, *, patch_sleep: bool = True):
+        super().__init__(core, deadlines, label_of)
+        self._count = 0
+        self._abandoned: list[_Worker] = []
+        self._worker = self._new_worker()
+        if patch_sleep and time.sleep is _real_sleep:
+            time.sleep = cooperative_sleep  # type: ignore[assignment]  # the same call, woken by interrupts
+
+    def _new_worker(self) -> _Worker:
+        self._count += 1
+        worker = _Worker(self, self._count)
+        worker.start()
+        return worker
+
+    async def run(self, code: types.CodeType, async_: bool, globals_: dict, locals_: Any) -> None:
+        __tracebackhide__ = True
+        execution = self.core.on_thread(self.exec_thread_id)
+        if execution is None or nested(execution):
+            await run_here(code, async_, globals_, locals_)
+            return
+        if execution.cancelled and not execution.cancel.delivered:
+            execution.cancel.delivered = True
+            raise execution.exc_class()
+        if not self._worker.is_alive():
+            log.warning("exec thread %s died; starting a new one", self._worker.name)
+            self._worker = self._new_worker()
+        loop = asyncio.get_running_loop()
+        job = _Job(execution, code, async_, globals_, locals_, contextvars.copy_context(), loop, loop.create_future())
+        self._worker.submit(job)
+        error = await job.future
+        if error is not None:  # pragma: no cover - _resolve sets exceptions, not results
+            raise error
+
+    @property
+    def exec_thread_id(self) -> int:
+        ident = self._worker.ident
+        assert ident is not None
+        return ident
+
+    def on_unresponsive(self, execution: Execution) -> bool:
+        worker = self._worker
+        job = worker.job
+        if job is None or job.execution is not execution or job.finished:
+            return False
+        if job.async_:
+            return False  # its loop still runs: the task ignores its cancel, the thread is fine
+        if _running_bytecode(worker):
+            return False  # it runs Python code, so it got the interrupt and swallowed it: not ours to kill
+        # Give up on this thread: it keeps its pending interrupt, which fires
+        # when the blocking call returns, in a thread that reports nothing.
+        worker.abandoned = True
+        self._abandoned.append(worker)
+        where = blocked_at(worker.ident)
+        execution.abandoned_thread = worker.name
+        self._worker = self._new_worker()
+        log.warning("exec thread %s abandoned, blocked at %s; new exec thread %s", worker.name, where, self._worker.name)
+        error = execution.exc_class(
+            f"the exec thread was blocked in a call that ignores interrupts ({where}); "
+            f"it was abandoned and replaced, your variables are kept"
+        )
+        job.loop.call_soon_threadsafe(_resolve, job.future, error)
+        return True
+
+    def abandoned_threads(self) -> list[dict]:
+        self._abandoned = [w for w in self._abandoned if w.is_alive()]
+        return [{"name": w.name, "blocked_at": blocked_at(w.ident)} for w in self._abandoned]
+
+    def shutdown(self) -> None:
+        self._worker.stop()
+        if time.sleep is cooperative_sleep:
+            time.sleep = _real_sleep
+
+
+def _running_bytecode(thread: threading.Thread, samples: int = 5, interval: float = 0.005) -> bool:
+    """True if the thread's innermost frame moves: it executes Python code, not one blocking C call."""
+    seen = set()
+    for _ in range(samples):
+        frame = sys._current_frames().get(thread.ident)  # type: ignore[arg-type]
+        if frame is None:
+            return False
+        seen.add((id(frame), frame.f_lasti))
+        _real_sleep(interval)
+    return len(seen) > 1

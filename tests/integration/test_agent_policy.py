@@ -1,0 +1,182 @@
+"""The agent client's policy against real kernels: ours in both modes and stock ipykernel.
+
+Every status path: ok, error, interrupted (wall, quiet, manual), restarted
+(GIL-holding C call, swallowed interrupt), died (os._exit, kill -9), and the
+second-runaway escalation.  Bounds are generous: they assert behaviour, not speed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+from agent_helpers import agent
+
+from cancelkernel.agent import CheckpointError, RunawayCellError, read_log
+
+pytestmark = pytest.mark.timeout(120)
+
+KERNELS = ["cancelkernel", "cancelkernel-worker", "python3"]
+
+SWALLOW = "import time\nwhile True:\n    try:\n        time.sleep(0.01)\n    except BaseException:\n        pass"
+
+
+@pytest.fixture(params=KERNELS)
+def name(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def test_ok_and_error(name: str) -> None:
+    with agent(name) as ak:
+        ok = ak.run("x = 41\nprint('hello')\nx + 1")
+        assert ok.status == "ok" and ok.state == "intact"
+        assert ok.outputs[0] == {"output_type": "stream", "name": "stdout", "text": "hello\n"}
+        assert ok.outputs[1]["data"]["text/plain"] == "42" and ok.execution_count == 1
+        err = ak.run("1/0")
+        assert (err.status, err.error_name, err.state) == ("error", "ZeroDivisionError", "intact")
+        assert err.outputs[-1]["output_type"] == "error"
+        assert not err.actions
+
+
+def test_wall_budget_interrupts_once(name: str) -> None:
+    with agent(name) as ak:
+        ak.run("kept = 'yes'")
+        r = ak.run("print('started', flush=True)\nwhile True:\n    pass", wall_budget=0.5)
+        assert (r.status, r.reason, r.state) == ("interrupted", "wall_budget", "suspect")
+        assert "started" in r.text  # partial output kept
+        assert [a["action"] for a in r.actions] == ["interrupt"]
+        assert r.stack and r.stack[-1]["lineno"] in (2, 3) and r.stack[-1]["user"]
+        assert 0.4 < r.elapsed < 10
+        assert ak.run("print(kept)").text == "yes\n"
+
+
+def test_quiet_budget(name: str) -> None:
+    with agent(name) as ak:
+        chatty = ak.run("import time\nfor i in range(12):\n    print(i, flush=True)\n    time.sleep(0.1)", quiet_budget=0.6)
+        assert chatty.status == "ok", chatty.summary()
+        silent = ak.run("import time\nwhile True:\n    time.sleep(0.05)", quiet_budget=0.6)
+        assert (silent.status, silent.reason) == ("interrupted", "quiet_budget")
+
+
+def test_gil_holding_call_is_restarted(name: str) -> None:
+    with agent(name) as ak:
+        ak.run("x = 1")
+        old_pid = ak.pid
+        r = ak.run("sum(range(10**12))", wall_budget=0.5)
+        assert (r.status, r.reason, r.state) == ("restarted", "wall_budget", "lost"), r.summary()
+        assert [a["action"] for a in r.actions] == ["interrupt", "restart"]
+        assert ak.pid != old_pid
+        if name.startswith("cancelkernel"):
+            assert r.actions[0]["via"] == "message+signal"  # the control channel could not answer
+            assert r.stack and "sum(range(10**12))" in r.stack[0]["line"]
+        after = ak.run("x")
+        assert after.error_name == "NameError"  # a new kernel: no checkpoint, state lost
+
+
+def test_swallowed_interrupt_is_restarted(name: str) -> None:
+    with agent(name) as ak:
+        r = ak.run(SWALLOW, wall_budget=0.5)
+        assert (r.status, r.reason) == ("restarted", "wall_budget"), r.summary()
+        assert r.actions[0]["action"] == "interrupt" and "no effect" in r.actions[0]["outcome"]
+        if name == "cancelkernel":
+            assert r.stack and any(f["user"] for f in r.stack)
+        elif name == "cancelkernel-worker":
+            # The kernel sometimes reports the replacement worker's stack (reported to the kernel's owner).
+            assert r.stack
+        assert ak.run("1 + 1").status == "ok"
+
+
+def test_os_exit_is_died(name: str) -> None:
+    with agent(name) as ak:
+        r = ak.run("print('bye', flush=True)\nimport os\nos._exit(3)", wall_budget=20)
+        assert (r.status, r.reason, r.state) == ("died", "died", "lost")
+        assert "exit code 3" in (r.reason_text or "")
+        assert r.elapsed < 10
+        assert ak.run("print('again')").text == "again\n"
+
+
+def test_second_runaway_escalates(name: str) -> None:
+    with agent(name) as ak:
+        first = ak.run("while True:\n    pass", wall_budget=0.5, cell_id="loop")
+        assert first.status == "interrupted"
+        with pytest.raises(RunawayCellError) as info:
+            ak.retry(first, "while True:\n    x = 1  # still runs away")
+        attempts = info.value.attempts
+        assert [a.status for a in attempts] == ["interrupted", "restarted"]
+        assert [a["action"] for a in attempts[1].actions] == ["restart"]  # no second interrupt
+        assert attempts[1].attempt == 2 and attempts[1].cell_id == "loop"
+        assert "reset_cell" in str(info.value)
+        assert ak.run("1").status == "ok"
+
+
+def test_kill_9_from_outside_is_died_promptly() -> None:
+    with agent("cancelkernel") as ak:
+        pid = ak.pid
+        assert pid is not None
+        threading.Timer(0.5, os.kill, (pid, signal.SIGKILL)).start()
+        started = time.monotonic()
+        r = ak.run("import time\ntime.sleep(60)")  # no budget: only the death can end it
+        assert r.status == "died" and "SIGKILL" in (r.reason_text or "")
+        assert time.monotonic() - started < 15
+        assert ak.run("1").status == "ok"
+
+
+def test_dead_between_cells_is_revived() -> None:
+    with agent("cancelkernel") as ak:
+        pid = ak.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        time.sleep(0.3)
+        r = ak.run("print('fresh')")
+        assert r.status == "ok" and r.text == "fresh\n" and r.state == "lost"
+        assert r.actions[0]["action"] == "restart" and r.actions[0]["why"] == "died"
+
+
+def test_manual_interrupt_from_another_thread() -> None:
+    with agent("cancelkernel") as ak:
+        threading.Timer(0.5, ak.interrupt).start()
+        r = ak.run("import time\ntime.sleep(30)")
+        assert (r.status, r.reason) == ("interrupted", "manual")
+        assert r.actions[0]["via"] == "message"
+
+
+def test_log_records_every_intervention(tmp_path: object) -> None:
+    log = os.path.join(str(tmp_path), "agent.jsonl")
+    with agent("cancelkernel", log=log, log_all=True) as ak:
+        ak.run("print('fine')", cell_id="a")
+        ak.run("while True:\n    pass", wall_budget=0.5, cell_id="b")
+        ak.run("sum(range(10**12))", wall_budget=0.5, cell_id="c")
+        kernel_id = ak.link.kernel_id
+    records = read_log(log)
+    assert [(r["cell_id"], r["action"]) for r in records] == [("a", "none"), ("b", "interrupt"), ("c", "interrupt"), ("c", "restart")]
+    for r in records:
+        assert r["time"] and r["kernel"]["name"] == "cancelkernel" and r["kernel"]["id"] == kernel_id
+        assert isinstance(r["elapsed"], float) and r["source"]
+    b = records[1]
+    assert b["why"] == "wall_budget" and "wall budget of 0.5 s" in b["why_text"]
+    assert b["outcome"].startswith("the cell stopped") and b["interrupt_latency"] is not None
+    assert b["stack"] and b["stopped_at"] and b["partial_output_bytes"] > 0
+    wedged, restart = records[2], records[3]
+    assert "no effect" in wedged["outcome"] and wedged["via"] == "message+signal"
+    assert restart["outcome"].startswith("new kernel running") and restart["why"] == "wall_budget"
+    assert "sum(range(10**12))" in restart["stack"][0]["line"]
+
+
+def test_auto_budget_from_measured_runtimes(tmp_path: object) -> None:
+    history = os.path.join(str(tmp_path), "runtimes.json")
+    with agent("cancelkernel", history=history, auto_floor=0.5, auto_factor=2.0, auto_default=30.0) as ak:
+        quick = ak.run("import time\ntime.sleep(0.1)", cell_id="step", wall_budget="auto")
+        assert quick.status == "ok" and quick.budgets["wall_budget"] == 30.0  # a new cell: the default
+        slow = ak.run("import time\ntime.sleep(60)", cell_id="step", wall_budget="auto")
+        assert slow.status == "interrupted" and slow.budgets["wall_budget"] == 0.5  # max(floor, 2 x 0.1 s)
+    assert os.path.exists(history)
+
+
+def test_stock_kernel_has_no_checkpoints() -> None:
+    with agent("python3") as ak:
+        assert not ak.info.ours
+        with pytest.raises(CheckpointError, match="no checkpoint interface"):
+            ak.save_checkpoint()

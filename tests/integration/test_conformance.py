@@ -1,0 +1,100 @@
+"""Jupyter protocol conformance jupyter_kernel_test against our kernel, both modes.
+
+The kernelspecs "cancelkernel" (main mode) and "cancelkernel-worker" are
+installed by conftest into a private JUPYTER_PATH.  The attributes follow
+jupyter_kernel_test's own test of ipykernel.  Each kernel gets a private
+IPYTHONDIR so that its history database is not shared (and locked) with other
+kernels running on the machine.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import unittest
+
+import jupyter_kernel_test as jkt
+import pytest
+from jupyter_client.manager import start_new_kernel
+
+pytestmark = pytest.mark.slow
+
+
+class _CancelKernelTests(jkt.KernelTests):
+    language_name = "python"
+    file_extension = ".py"
+
+    code_hello_world = "print('hello, world')"
+    code_stderr = "import sys; print('test', file=sys.stderr)"
+
+    completion_samples = [
+        {"text": "zi", "matches": {"zip"}},
+        {"text": "import itertoo", "matches": {"itertools"}},
+    ]
+    complete_code_samples = ["1", "print('hello, world')", "def f(x):\n  return x*2\n\n"]
+    incomplete_code_samples = ["print('''hello", "def f(x):\n  x*2"]
+    invalid_code_samples = ["import = 7q"]
+
+    code_page_something = "zip?"
+    code_generate_error = "raise ValueError('conformance')"
+    code_execute_result = [
+        {"code": "1+2+3", "result": "6"},
+        {"code": "[n*n for n in range(1, 4)]", "result": "[1, 4, 9]"},
+        {"code": "from IPython.display import HTML; HTML('<b>bold</b>')", "mime": "text/html", "result": "<b>bold</b>"},
+    ]
+    code_display_data = [
+        {"code": "from IPython.display import HTML, display; display(HTML('<b>test</b>'))", "mime": "text/html"},
+        {"code": "from IPython.display import Math, display; display(Math('\\\\frac{1}{2}'))", "mime": "text/latex"},
+    ]
+    code_history_pattern = "1?2*"
+    # As jupyter_kernel_test's own ipykernel test: IPython answers a "range" request
+    # for the current session with session number 0, which the generic test rejects
+    # (stock ipykernel does the same).
+    supported_history_operations = ("tail", "search")
+    code_inspect_sample = "zip"
+    code_clear_output = "from IPython.display import clear_output; clear_output()"
+
+    _ipython_dir: str
+    exec_thread = ""
+
+    def test_kernel_info_is_ours(self) -> None:
+        """The spec started our kernel, in the mode its argv bakes in."""
+        self.flush_channels()
+        msg_id = self.kc.kernel_info()
+        reply = self.kc.get_shell_msg(timeout=jkt.TIMEOUT)
+        while reply["parent_header"].get("msg_id") != msg_id:
+            reply = self.kc.get_shell_msg(timeout=jkt.TIMEOUT)
+        jkt.validate_message(reply, "kernel_info_reply", msg_id)
+        self.assertIn("cancelkernel", reply["content"]["supported_features"])
+        self.assertEqual(reply["content"]["cancelkernel"]["exec_thread"], self.exec_thread)
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls._ipython_dir = tempfile.mkdtemp(prefix="cancelkernel-ipython-")
+        env = {**os.environ, "IPYTHONDIR": cls._ipython_dir}
+        cls.km, cls.kc = start_new_kernel(kernel_name=cls.kernel_name, env=env)
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        try:
+            cls.kc.stop_channels()
+            cls.km.shutdown_kernel(now=True)
+        finally:
+            shutil.rmtree(cls._ipython_dir, ignore_errors=True)
+
+
+class TestMainModeConformance(_CancelKernelTests):
+    kernel_name = "cancelkernel"
+    exec_thread = "main"
+
+
+class TestWorkerModeConformance(_CancelKernelTests):
+    kernel_name = "cancelkernel-worker"
+    exec_thread = "worker"
+
+
+del _CancelKernelTests  # only the concrete subclasses are collected
+
+if __name__ == "__main__":  # pragma: no cover
+    unittest.main()

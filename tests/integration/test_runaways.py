@@ -1,0 +1,375 @@
+"""The public runaway set and the GIL-holding C call, both modes.
+
+Every test drives a real kernel through jupyter_client.  For each runaway
+cell: a variable assigned before it keeps its value, ONE `interrupt_request`
+(control channel, `target` = the cell's execute msg_id) stops it, the reply is
+an error `KeyboardInterrupt` (`CancelledError` for the top-level-await cell)
+with `metadata.cancelkernel` = {interrupted: true, reason: "request",
+elapsed, stopped_at: "<cell file>:<line of the runaway>"}, and the next cell
+runs normally.  Worker-mode kernels run with `interrupt_grace=0.3` so that
+abandoning a blocked exec thread is quick.
+
+Who stops what, and how (measured by these tests, CPython 3.11, Linux):
+
+=========================  ===============================  ==============================================
+cell                       main mode (user code on the      worker mode (user code on one exec thread)
+                           main thread)
+=========================  ===============================  ==============================================
+while True: pass           SIGINT -> KeyboardInterrupt at   async exception (PyThreadState_SetAsyncExc) at
+                           the next bytecode                the next bytecode
+time.sleep(10**6)          SIGINT breaks the sleep          the kernel's cooperative time.sleep on the exec
+                                                            worker: the interrupt wakes it, the async
+                                                            exception fires
+threading.Event().wait()   SIGINT breaks the wait           blocked in C: worker ABANDONED after the grace,
+                                                            replaced; reply metadata.abandoned_thread
+lock acquired twice        SIGINT                           ABANDONED after the grace
+queue.Queue().get()        SIGINT                           ABANDONED after the grace
+recv on a silent socket    SIGINT (EINTR, handler raises)   ABANDONED after the grace
+os.read on an empty pipe   SIGINT                           ABANDONED after the grace
+subprocess.run(sleep)      SIGINT to the kernel and to its  SIGINT to the child processes: `sleep` dies,
+                           children; run() kills and reaps  waitpid returns, the async exception fires;
+                           the child                        no abandonment; the child is gone
+input() (no answer)        SIGINT in ipykernel's input      async exception in ipykernel's input polling
+                           polling loop                     loop
+await asyncio.sleep(1e6)   task cancel -> CancelledError    task cancel on the worker's loop -> CancelledError
+thread.join() forever      SIGINT                           ABANDONED after the grace
+regex backtracking         one interrupt_request stops it:  NOT stoppable at all: the worker holds the GIL
+                           the Control thread starves (no   in one C call; the control thread cannot even
+                           GIL); the kernel's native GIL-   answer; SIGINT does not help (only the main
+                           yield thread sees the watchdog   thread runs signal handlers); the heartbeat
+                           stall and signals the main       keeps answering; the only way out is killing
+                           thread; _sre checks signals, the the kernel
+                           Python handler hands over the
+                           GIL, the request is read, and
+                           SIGINT raises in the cell. A
+                           plain SIGINT stops it too
+sum(range(10**12))         NOT stoppable: one C call holds  NOT stoppable (same); heartbeat alive, no
+                           the GIL, no signal check; the    interrupt_reply, no execute_reply; kill
+                           heartbeat (a C zmq device) keeps
+                           answering; kill the kernel
+=========================  ===============================  ==============================================
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import signal
+import tempfile
+import time
+
+import pytest
+
+from cancelkernel.testing import MODES, drain, execute, interrupt, running_kernel, wait_reply
+
+GRACE = 0.3
+GRACE_ARGS = [f"--CancelKernel.interrupt_grace={GRACE}"]
+# Generous: only there so that a broken kernel cannot hang the suite.
+STOP_TIMEOUT = 20.0
+
+SETUP = "import asyncio, os, queue, re, socket, subprocess, threading, time"
+
+# name -> (setup lines, the runaway line, expected ename, abandoned in worker mode)
+RUNAWAYS: dict[str, tuple[str, str, str, bool]] = {
+    "busy_loop": ("", "while True: pass", "KeyboardInterrupt", False),
+    "sleep": ("", "time.sleep(10**6)", "KeyboardInterrupt", False),
+    "event_wait": ("", "threading.Event().wait()", "KeyboardInterrupt", True),
+    "lock_twice": ("lk = threading.Lock()\nlk.acquire()", "lk.acquire()", "KeyboardInterrupt", True),
+    "queue_get": ("", "queue.Queue().get()", "KeyboardInterrupt", True),
+    "socket_recv": ("sa, sb = socket.socketpair()", "sa.recv(1)", "KeyboardInterrupt", True),
+    "pipe_read": ("pr, pw = os.pipe()", "os.read(pr, 1)", "KeyboardInterrupt", True),
+    "subprocess": ("", "subprocess.run(['sleep', '1000'])", "KeyboardInterrupt", False),
+    "input": ("", "input()", "KeyboardInterrupt", False),
+    "await_sleep": ("", "await asyncio.sleep(10**6)", "CancelledError", False),
+    "join_forever": (
+        "th = threading.Thread(target=threading.Event().wait, daemon=True)\nth.start()",
+        "th.join()",
+        "KeyboardInterrupt",
+        True,
+    ),
+}
+
+_MARKERS = tempfile.mkdtemp(prefix="cancelkernel-runaway-")
+
+REGEX = "re.match(r'(a+)+$', 'a' * 40 + 'b')"
+GIL_CALL = "sum(range(10**12))"
+
+
+# -- helpers -----------------------------------------------------------------
+
+
+def start_runaway(kc, setup: str, runaway: str, **kwargs) -> tuple[str, str, int]:
+    """Start a runaway cell; return (msg_id, code, line of the runaway) once it is blocked in it.
+
+    The cell creates a marker file right before the runaway line (a file, not
+    a print: output of a cell that then holds the GIL never leaves the kernel).
+    """
+    marker = os.path.join(_MARKERS, f"started-{time.monotonic_ns()}")
+    lines = [line for line in setup.splitlines() if line]
+    lines.append(f"open({marker!r}, 'w').close()")
+    lines.append(runaway)
+    code = "\n".join(lines)
+    # stop_on_error=False: ipykernel 7.4 may abort a request sent right after an
+    # error reply (a race of its own, see test_interrupts.py); not what this tests.
+    msg_id = kc.execute(code, stop_on_error=False, **kwargs)
+    if not wait_until(lambda: os.path.exists(marker), STOP_TIMEOUT):
+        raise TimeoutError(f"cell {msg_id} did not reach its runaway line within {STOP_TIMEOUT} s")
+    time.sleep(0.3)  # let it get from the marker into the blocking call
+    return msg_id, code, len(lines)
+
+
+def user_expr(kc, expr: str) -> str:
+    """text/plain of an expression evaluated in the kernel (via user_expressions)."""
+    reply = execute(kc, "", user_expressions={"v": expr}, store_history=False)
+    result = reply["content"]["user_expressions"]["v"]
+    assert result["status"] == "ok", result
+    return result["data"]["text/plain"]
+
+
+def line_at(kc, stopped_at: str) -> str:
+    """The source line a "file:line" names, read through the kernel's linecache (cells live there)."""
+    path, _, lineno = stopped_at.rpartition(":")
+    return eval(user_expr(kc, f"__import__('linecache').getline({path!r}, {int(lineno)}).strip()"))
+
+
+def kernel_pid(km) -> int:
+    return km.provisioner.process.pid
+
+
+def child_processes(pid: int, name: str) -> list[int]:
+    """PIDs of live (non-zombie) children of `pid` whose command is `name`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        comm = stat[stat.index(b"(") + 1 : stat.rindex(b")")].decode()
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        if comm == name and int(fields[1]) == pid and fields[0] != b"Z":
+            found.append(int(entry))
+    return found
+
+
+def wait_until(predicate, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+def no_reply_within(channel, msg_id: str, seconds: float) -> bool:
+    """True if no message answering `msg_id` arrives on `channel` within `seconds`."""
+    deadline = time.monotonic() + seconds
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return True
+        try:
+            msg = channel.get_msg(timeout=left)
+        except queue.Empty:
+            return True
+        if msg["parent_header"].get("msg_id") == msg_id:
+            return False
+
+
+def send_interrupt(kc, target: str | None) -> str:
+    msg = kc.session.msg("interrupt_request", {"target": target} if target else {})
+    kc.control_channel.send(msg)
+    return msg["header"]["msg_id"]
+
+
+class _Pool:
+    """One kernel per mode for the whole module, replaced if a test left it unhealthy."""
+
+    def __init__(self) -> None:
+        self._stack = contextlib.ExitStack()
+        self._kernels: dict[str, tuple] = {}
+
+    def get(self, mode: str):
+        entry = self._kernels.get(mode)
+        if entry is not None and not self._healthy(*entry[:2]):
+            entry[2].close()
+            entry = None
+        if entry is None:
+            stack = contextlib.ExitStack()
+            self._stack.callback(stack.close)
+            km, kc = stack.enter_context(running_kernel(mode, extra_arguments=GRACE_ARGS))
+            assert execute(kc, SETUP)["content"]["status"] == "ok"
+            entry = self._kernels[mode] = (km, kc, stack)
+        km, kc, _ = entry
+        drain(kc)  # leftovers of the previous test (stdin requests, late iopub) must not confuse this one
+        return km, kc
+
+    @staticmethod
+    def _healthy(km, kc) -> bool:
+        try:
+            return km.is_alive() and execute(kc, "1", timeout=10)["content"]["status"] == "ok"
+        except Exception:  # noqa: BLE001 - any failure means "start a fresh one"
+            return False
+
+    def close(self) -> None:
+        self._stack.close()
+
+
+@pytest.fixture(scope="module")
+def pool():
+    p = _Pool()
+    try:
+        yield p
+    finally:
+        p.close()
+
+
+# -- the runaway set -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", list(RUNAWAYS))
+@pytest.mark.parametrize("mode", MODES)
+def test_runaway_stopped_by_one_interrupt(pool, mode: str, case: str) -> None:
+    """One targeted interrupt_request stops the runaway; state survives; the next cell runs.
+
+    How each mode stops each case: see the table in the module docstring.
+    """
+    km, kc = pool.get(mode)
+    setup, runaway, ename, abandons_in_worker = RUNAWAYS[case]
+    var, value = f"before_{case}", f"kept-{case}-{time.monotonic_ns()}"
+    assert execute(kc, f"{var} = {value!r}")["content"]["status"] == "ok"
+
+    msg_id, _code, line = start_runaway(kc, setup, runaway, allow_stdin=(case == "input"))
+    if case == "subprocess":
+        assert wait_until(lambda: child_processes(kernel_pid(km), "sleep"), 10), "the cell's `sleep` child never started"
+
+    reply_to_interrupt = interrupt(kc, msg_id)
+    assert reply_to_interrupt["status"] == "ok", reply_to_interrupt
+    assert reply_to_interrupt["interrupted"] is True, reply_to_interrupt
+    assert reply_to_interrupt["execution"] == msg_id, reply_to_interrupt
+
+    reply = wait_reply(kc, msg_id, timeout=STOP_TIMEOUT)
+    content = reply["content"]
+    assert content["status"] == "error", content
+    assert content["ename"] == ename, (content["ename"], content["evalue"])
+    meta = reply["metadata"]["cancelkernel"]
+    assert meta["msg_id"] == msg_id
+    assert meta["interrupted"] is True, meta
+    assert meta["reason"] == "request", meta
+    assert isinstance(meta["elapsed"], (int, float)) and meta["elapsed"] > 0, meta
+    expect_abandoned = mode == "worker" and abandons_in_worker
+    if expect_abandoned:
+        # The reply says the exec thread was given up on (and names it).
+        assert isinstance(meta["abandoned_thread"], str) and meta["abandoned_thread"], meta
+        assert "abandoned" in content["evalue"], content["evalue"]
+    else:
+        assert meta["abandoned_thread"] is None, meta
+
+    # State survives and the next cell runs normally.
+    nxt = execute(kc, f"assert {var} == {value!r}\nafter_{case} = len({var})")
+    assert nxt["content"]["status"] == "ok", nxt["content"]
+    assert user_expr(kc, f"after_{case}") == str(len(value))
+
+    if case == "subprocess":
+        assert wait_until(lambda: not child_processes(kernel_pid(km), "sleep"), 10), "the `sleep` child survived the interrupt"
+
+    # Where it stopped: the runaway line of the cell (the innermost user frame).
+    assert isinstance(meta["stopped_at"], str), f"metadata.stopped_at is {meta['stopped_at']!r}: {meta}"
+    assert line_at(kc, meta["stopped_at"]) == runaway, (meta["stopped_at"], line)
+
+
+# -- regex backtracking: holds the GIL inside _sre ---------------------------------
+
+
+def test_regex_main_mode_stopped_by_one_interrupt_request() -> None:
+    """Main mode: the regex is in the runaway set; ONE interrupt_request must stop it.
+
+    Stock ipykernel stops it (its kernelspec interrupts by signal; _sre checks
+    signals).  Ours interrupts by message: the Control thread must get the GIL
+    to read the request, and _sre never releases it on its own.  Without the
+    kernel's GIL yield (a native thread that signals the main thread when the
+    watchdog starves, so _sre's signal check runs Python code and hands the
+    GIL over) no interrupt_reply ever arrives.
+    """
+    with running_kernel("main", extra_arguments=GRACE_ARGS) as (km, kc):
+        assert execute(kc, SETUP + "\nbefore_regex = 42")["content"]["status"] == "ok"
+        msg_id, _code, _line = start_runaway(kc, "", REGEX)
+        interrupt_id = send_interrupt(kc, msg_id)
+        answered = not no_reply_within(kc.control_channel, interrupt_id, 5.0)
+        assert answered, (
+            "no interrupt_reply within 5 s: the Control thread cannot get the GIL while _sre runs "
+            "on the main thread, so the interrupt_request is never even read"
+        )
+        reply = wait_reply(kc, msg_id, timeout=STOP_TIMEOUT)
+        assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
+        assert reply["metadata"]["cancelkernel"]["interrupted"] is True
+        assert execute(kc, "assert before_regex == 42")["content"]["status"] == "ok"
+
+
+def test_regex_main_mode_sigint_stops_it() -> None:
+    """Main mode: a SIGINT (interrupt_mode "signal" clients, kill -INT) stops the regex.
+
+    _sre calls PyErr_CheckSignals every few thousand steps on the main thread;
+    the kernel's SIGINT handler raises in the cell.  The Control thread then
+    gets the GIL back too.
+    """
+    with running_kernel("main", extra_arguments=GRACE_ARGS) as (km, kc):
+        assert execute(kc, SETUP + "\nbefore_regex = 42")["content"]["status"] == "ok"
+        msg_id, _code, _line = start_runaway(kc, "", REGEX)
+        km.signal_kernel(signal.SIGINT)
+        reply = wait_reply(kc, msg_id, timeout=STOP_TIMEOUT)
+        content, meta = reply["content"], reply["metadata"]["cancelkernel"]
+        assert content["status"] == "error" and content["ename"] == "KeyboardInterrupt", content
+        assert meta["interrupted"] is True and meta["reason"] == "signal", meta
+        assert line_at(kc, meta["stopped_at"]) == REGEX
+        assert execute(kc, "assert before_regex == 42")["content"]["status"] == "ok"
+
+
+def test_regex_worker_mode_cannot_be_stopped() -> None:
+    """Worker mode: a regex holding the GIL on the exec thread cannot be stopped; the kernel does not pretend.
+
+    No Python thread runs while _sre holds the GIL: the Control thread cannot
+    answer the interrupt_request, a SIGINT sits in the C handler (only the main
+    thread runs Python signal handlers, and it needs the GIL too), and no
+    execute_reply comes.  The heartbeat (a C zmq device) keeps answering.  The
+    only way out is to kill the kernel (escalation is the watchdog/client's job).
+    """
+    with running_kernel("worker", extra_arguments=GRACE_ARGS) as (km, kc):
+        assert execute(kc, SETUP)["content"]["status"] == "ok"
+        msg_id, _code, _line = start_runaway(kc, "", REGEX)
+        interrupt_id = send_interrupt(kc, msg_id)
+        assert no_reply_within(kc.control_channel, interrupt_id, 3.0), "the kernel answered while the GIL was held?"
+        assert km.is_alive()
+        assert kc.is_alive() and kc.hb_channel.is_beating(), "heartbeat stopped answering"
+        km.signal_kernel(signal.SIGINT)
+        assert no_reply_within(kc.shell_channel, msg_id, 3.0), "the regex was stopped after all: update the docs"
+        assert kc.hb_channel.is_beating()
+        km.shutdown_kernel(now=True)  # kills the process: it cannot answer a shutdown_request
+        assert wait_until(lambda: not km.is_alive(), 10)
+
+
+# -- one C call holding the GIL -------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_gil_holding_call_cannot_be_stopped(mode: str) -> None:
+    """`sum(range(10**12))` holds the GIL in one C call and checks no signals: nothing stops it.
+
+    Behaviour (both modes): the interrupt_request is not even answered (the
+    Control thread needs the GIL), no execute_reply arrives, the process and
+    its heartbeat stay alive (so "heartbeat alive" does not mean "responsive").
+    The kernel is then killed.
+    """
+    with running_kernel(mode, extra_arguments=GRACE_ARGS) as (km, kc):
+        assert execute(kc, SETUP)["content"]["status"] == "ok"
+        msg_id, _code, _line = start_runaway(kc, "", GIL_CALL)
+        interrupt_id = send_interrupt(kc, msg_id)
+        assert no_reply_within(kc.shell_channel, msg_id, 3.0), "the GIL-holding call was stopped: update the docs"
+        assert no_reply_within(kc.control_channel, interrupt_id, 0.5), "the Control thread answered while the GIL was held"
+        assert km.is_alive()
+        assert kc.is_alive() and kc.hb_channel.is_beating(), "heartbeat stopped answering"
+        km.shutdown_kernel(now=True)  # kills the process: it cannot answer a shutdown_request
+        assert wait_until(lambda: not km.is_alive(), 10)

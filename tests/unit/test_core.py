@@ -1,0 +1,148 @@
+"""Unit tests: the cancellation core, without a kernel (worker-thread delivery, scoping, the window)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from cancelkernel.runtime.core import CancellationCore
+from cancelkernel.runtime.execution import CellInterrupt, Execution, Window
+
+
+class LoopThread:
+    """A thread that runs a Python loop inside `execution`'s window, and records how it ended."""
+
+    def __init__(self, core: CancellationCore, msg_id: str):
+        self.core = core
+        self.msg_id = msg_id
+        self.started = threading.Event()
+        self.go = threading.Event()
+        self.error: BaseException | None = None
+        self.stop = threading.Event()
+        self.execution: Execution | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        window = Window(threading.get_ident(), on_main_thread=False)
+        self.go.wait(10)
+        assert self.execution is not None
+        try:
+            self.core.open_window(self.execution, window)
+            self.started.set()
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and not self.stop.is_set():
+                pass
+        except BaseException as exc:  # noqa: BLE001 - what the test looks at
+            self.error = exc
+        finally:
+            late = self.core.close_window(self.execution, window)
+            self.error = self.error or late
+
+    def begin(self) -> Execution:
+        self.thread.start()
+        assert self.thread.ident is not None
+        self.execution = self.core.begin(self.msg_id, "while True: pass", thread_id=self.thread.ident)
+        self.go.set()
+        assert self.started.wait(10)
+        return self.execution
+
+    def join(self) -> None:
+        self.thread.join(15)
+        assert not self.thread.is_alive()
+
+
+@contextmanager
+def core() -> Iterator[CancellationCore]:
+    yield CancellationCore(signal_children=False)
+
+
+def test_a_targeted_cancel_raises_in_the_execution_thread_only() -> None:
+    with core() as c:
+        a, b = LoopThread(c, "a"), LoopThread(c, "b")
+        ea, eb = a.begin(), b.begin()
+        assert {e.msg_id for e in c.running()} == {"a", "b"}
+        assert c.on_thread(a.thread.ident) is ea and c.find("b") is eb
+        assert c.cancel("b", "request") is eb
+        b.join()
+        assert isinstance(b.error, CellInterrupt) and b.error.execution is eb  # the class names its execution
+        assert a.thread.is_alive() and not ea.cancelled  # the other cell runs on
+        c.end(eb)
+        a.stop.set()
+        a.join()
+        assert a.error is None  # b's interrupt never reached a
+        c.end(ea)
+        assert c.running() == []
+
+
+def test_a_cancel_for_an_ended_or_unknown_execution_is_a_no_op() -> None:
+    with core() as c:
+        loop = LoopThread(c, "done")
+        execution = loop.begin()
+        c.cancel("done", "request")
+        loop.join()
+        c.end(execution)
+        assert c.cancel("done", "request") is None  # never "for whatever runs next"
+        assert c.cancel("never-seen", "request") is None
+        assert c.cancel(None, "request") is None  # idle
+        assert execution.cancel.interrupts_sent == 1
+
+
+def test_an_interrupt_between_statements_is_raised_when_the_window_opens() -> None:
+    with core() as c:
+        execution = c.begin("x", "x", thread_id=threading.get_ident())
+        assert c.cancel("x", "request") is execution  # no window: nothing raised now
+        window = Window(threading.get_ident(), on_main_thread=False)
+        with pytest.raises(CellInterrupt):
+            c.open_window(execution, window)
+        c.open_window(execution, window)  # one interrupt is one KeyboardInterrupt
+        assert c.close_window(execution, window) is None
+        c.end(execution)
+
+
+def test_unknown_reasons_are_refused() -> None:
+    with core() as c:
+        with pytest.raises(ValueError, match="unknown cancel reason"):
+            c.cancel(None, "because")
+
+
+def test_the_parent_shell_execution_is_the_untargeted_one() -> None:
+    with core() as c:
+        sub = c.begin("sub", "", thread_id=1, subshell_id="s1")
+        main = c.begin("main", "", thread_id=2)
+        assert c.parent_execution is main and c.running()[0] is main
+        c.end(main)
+        assert c.parent_execution is None
+        c.end(sub)
+
+
+def test_many_cancels_at_random_moments_never_hit_a_later_execution() -> None:
+    """The stray-interrupt race (docs/cancellation.md): every interrupt lands in its own cell or nowhere."""
+    with core() as c:
+        stray = []
+        for i in range(300):
+            window = Window(threading.get_ident(), on_main_thread=False)
+            execution = c.begin(f"cell-{i}", "", thread_id=threading.get_ident())
+            target = f"cell-{i - 1}" if i % 3 == 0 else f"cell-{i}"
+            fire = threading.Timer(0.0002 * (i % 7), lambda t=target: c.cancel(t, "request"))
+            fire.start()
+            try:
+                try:
+                    c.open_window(execution, window)
+                    for _ in range(3000):
+                        pass
+                finally:
+                    late = c.close_window(execution, window)
+                if late is not None:
+                    raise late
+            except CellInterrupt as exc:
+                if exc.execution is not execution:
+                    stray.append((i, exc.execution))
+            finally:
+                c.close_window(execution, window)
+                fire.join()
+                c.end(execution)
+        assert stray == []
