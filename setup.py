@@ -12,6 +12,7 @@ from setuptools import Extension, setup
 HERE = os.path.dirname(os.path.abspath(__file__))
 INCLUDE = os.path.join("native", "include")
 SRC = os.path.join("native", "src")  # the flag's hand-written C core, bound by _flag.pyx
+C_SOURCES = ("flag.c", "sigint.c", "yield.c")
 
 
 def pxd_tree() -> str:
@@ -46,7 +47,7 @@ def native_extensions() -> list:
         return []
     flag = Extension(
         "cancelkernel.native._flag",
-        [os.path.join("native", "_flag.pyx"), os.path.join(SRC, "flag.c")],
+        [os.path.join("native", "_flag.pyx"), *(os.path.join(SRC, name) for name in C_SOURCES)],
         include_dirs=[SRC, INCLUDE],
         # Listed so a changed header rebuilds the extension and ships in the sdist.
         depends=[os.path.join(SRC, "flag.h"), os.path.join(INCLUDE, "cancelkernel_native.h")],

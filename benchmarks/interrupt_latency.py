@@ -55,6 +55,8 @@ from _common import (  # noqa: E402
     write_json,
 )
 
+from cancelkernel.testing import private_kernelspecs  # noqa: E402
+
 # -- what is measured ----------------------------------------------------------------
 
 
@@ -546,7 +548,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"kernel output (stdout/stderr) goes to {args.kernel_log}")
     benches = [Bench(KERNELS[label], log, output) for label in args.kernels]
     began = time.time()
-    with kernels_cleaned_up():
+    with kernels_cleaned_up(), private_kernelspecs():
         for bench in benches:
             log(f"starting {bench.config.description} ...")
             bench.start()

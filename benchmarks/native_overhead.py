@@ -49,6 +49,8 @@ from _common import (  # noqa: E402
 )
 from native_build import build_extensions  # noqa: E402
 
+from cancelkernel.testing import private_kernelspecs  # noqa: E402
+
 OVERHEAD_GOAL = 5.0  # percent
 LATENCY_GOAL = 0.005  # seconds, p50
 
@@ -221,7 +223,7 @@ def measure_kernel(example_dir: str, modes: list[str], runs: int, workdir: str) 
     name = _install_spec(os.path.join(workdir, "spec"))
     marker = os.path.join(workdir, "started")
     results = []
-    with kernels_cleaned_up():
+    with kernels_cleaned_up(), private_kernelspecs():
         for mode in modes:
             kernel = Kernel(name, label=mode, extra_arguments=[f"--CancelKernel.exec_thread={mode}"])
             kernel.start()

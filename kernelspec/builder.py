@@ -17,6 +17,8 @@ from ..protocol import PROTOCOL_VERSION
 DEFAULT_NAME = "cancelkernel"
 DEFAULT_DISPLAY_NAME = "Python 3 (cancelkernel)"
 LOGOS = ("logo-32x32.png", "logo-64x64.png", "logo-svg.svg")
+# How Jupyter delivers an interrupt (kernelspec interrupt_mode): SIGINT to the process group, or interrupt_request.
+INTERRUPT_MODES = ("signal", "message")
 # Spec names the agent client can start even when nothing is installed: name -> exec_thread.
 OUR_KERNELS = {"cancelkernel": "main", "cancelkernel-worker": "worker"}
 
@@ -32,6 +34,7 @@ def kernel_json(
     interrupt_grace: float | str | None = None,
     extra_args: list[str] | None = None,
     python: str | None = None,
+    interrupt_mode: str | None = None,
 ) -> dict:
     """The kernel.json for `python` (default: this interpreter), with kernel options baked into argv."""
     template = json.loads(resources.files("cancelkernel.kernelspec").joinpath("kernel.json").read_text())
@@ -48,6 +51,10 @@ def kernel_json(
         argv.append(f"--CancelKernel.interrupt_grace={grace:g}")
     argv.extend(extra_args or [])
     spec = dict(template, argv=argv, display_name=display_name)
+    if interrupt_mode is not None:
+        if interrupt_mode not in INTERRUPT_MODES:
+            raise InstallError(f"--interrupt-mode must be one of {', '.join(INTERRUPT_MODES)}, not {interrupt_mode!r}")
+        spec["interrupt_mode"] = interrupt_mode
     spec["metadata"] = {
         # The debugger needs user code on the main thread.
         "debugger": exec_thread == "main",
@@ -90,11 +97,14 @@ def install(
     exec_thread: str = "main",
     interrupt_grace: float | str | None = None,
     extra_args: list[str] | None = None,
+    interrupt_mode: str | None = None,
 ) -> str:
     """Write the kernelspec; return the directory it was installed to."""
     if not name or os.sep in name or (os.altsep and os.altsep in name) or name in (".", ".."):
         raise InstallError(f"kernel name {name!r} is not usable as a directory name; pick e.g. 'cancelkernel-worker'")
-    spec = kernel_json(display_name=display_name, exec_thread=exec_thread, interrupt_grace=interrupt_grace, extra_args=extra_args)
+    spec = kernel_json(
+        display_name=display_name, exec_thread=exec_thread, interrupt_grace=interrupt_grace, extra_args=extra_args, interrupt_mode=interrupt_mode
+    )
     with tempfile.TemporaryDirectory() as tmp:
         write_spec(tmp, spec)
         try:

@@ -1,13 +1,17 @@
 # cython: language_level=3, binding=False
 """The compiled cancellation flag: the functions of _fallback.py, plus a C SIGINT handler.
 
-State is one 64-bit word {int32 cancelled; uint32 gen}, always written whole
-with atomic stores and compare-and-swap, so the flag can never be seen set for
-any execution but the one that was cancelled.  A C SIGINT handler chained in
-front of Python's sets it the moment an outside SIGINT arrives, even while a
-native loop holds the GIL: Python's own handler only notes the signal for the
-interpreter to act on between bytecodes, which such a loop never reaches.
-The C code is in src/flag.c; docs/native.md says what it gives native code.
+Each thread that runs an execution has a slot: one 64-bit word {int32 cancelled;
+uint32 gen}, always written whole with atomic stores and compare-and-swap, so a
+flag can never be seen set for any execution but the one that was cancelled,
+and two cells running at once never see each other's cancel.  The exported
+word ck_state is the summary every inline check loads: non-zero only while some
+execution is cancelled or a GIL yield is asked, so the check stays one relaxed
+load.  A C SIGINT handler chained in front of Python's cancels the parent
+execution the moment an outside SIGINT arrives, even while a native loop holds
+the GIL: Python's own handler only notes the signal for the interpreter to act
+on between bytecodes, which such a loop never reaches.  The C code is in src/;
+docs/native.md says what it gives native code.
 """
 
 cdef extern from *:
@@ -32,24 +36,30 @@ cdef extern from "Python.h":
     bint PyExceptionClass_Check(object)
 
 cdef extern from "flag.h":
-    # The C core: src/flag.c, compiled into this extension (setup.py); every function takes
-    # &ck_state where it needs the flag.  ck_state_t and ck_load_cancelled come from _flag.pxd.
-    uint32_t ck_load_gen(ck_state_t *s) noexcept nogil
-    void ck_begin(ck_state_t *s, uint32_t gen) noexcept nogil
-    void ck_end(ck_state_t *s, uint32_t gen) noexcept nogil
-    int ck_cancel(ck_state_t *s, uint32_t gen) noexcept nogil
-    int *ck_cancelled_ptr(ck_state_t *s) noexcept nogil
+    # The C core: src/flag.c (slots), src/sigint.c, src/yield.c, compiled into this extension (setup.py).
+    # ck_state_t and ck_load_cancelled come from _flag.pxd.
+    enum: CK_SLOTS
+    void ck_bind_summary(ck_state_t *summary) noexcept nogil
+    int ck_begin(uint32_t gen, unsigned long thread_ident, int parent) noexcept nogil
+    void ck_end(uint32_t gen) noexcept nogil
+    int ck_cancel(uint32_t gen) noexcept nogil
+    void ck_uncancel(uint32_t gen) noexcept nogil
+    uint32_t ck_running_gen() noexcept nogil
+    int ck_slow_check() noexcept nogil
+    int *ck_flag_ptr() noexcept nogil
+    const int *ck_summary_flag() noexcept nogil
+    int ck_yield_requested() noexcept nogil
     int ck_handler_installed() noexcept nogil
-    int ck_install_handler(ck_state_t *state) noexcept nogil
+    int ck_install_handler() noexcept nogil
     void ck_set_main_thread(unsigned long main_thread_ident) noexcept nogil
     int ck_on_main_thread() noexcept nogil
     void ck_expect(uint32_t gen) noexcept nogil
     void ck_unexpect(uint32_t gen) noexcept nogil
     uint32_t ck_take_arrival() noexcept nogil
     double ck_monotonic() noexcept nogil
-    int ck_start_yield(ck_state_t *state, int signum, int stall_ms) noexcept nogil
+    int ck_start_yield(int signum, int stall_ms) noexcept nogil
     void ck_beat() noexcept nogil
-    int ck_sleep_until(ck_state_t *s, double deadline, int poll_signals) noexcept nogil
+    int ck_sleep_until(double deadline, int poll_signals) noexcept nogil
 
 cdef extern from "cancelkernel_native.h":
     # The C API handed to plain C extensions through the _C_API capsule.
@@ -59,32 +69,37 @@ cdef extern from "cancelkernel_native.h":
         const int *cancelled
         int (*raise_if_cancelled)() except -1 nogil
         int (*cancellable_sleep)(double) except -1 nogil
+        int (*cancel_requested_slow)() noexcept nogil
     enum: CANCELKERNEL_C_API_VERSION
     const char *CANCELKERNEL_CAPSULE_NAME
 
 import threading as _threading
 
 __all__ = [
-    "available", "begin", "end", "cancel", "running_gen", "cancel_requested", "raise_if_cancelled",
+    "available", "begin", "end", "cancel", "uncancel", "running_gen", "cancel_requested", "raise_if_cancelled",
     "cancellable_sleep", "flag_address", "expect_sigint", "take_sigint_arrival", "install_sigint_handler",
     "sigint_handler_installed", "open_window", "close_window", "raise_in_window", "start_gil_yield", "gil_heartbeat",
+    "yield_requested",
 ]
 
 available = True
 
-# ck_state (declared in _flag.pxd) is the storage; it starts zeroed: no execution, not cancelled.
+# ck_state (declared in _flag.pxd) is the storage of the summary word; it starts zeroed: nothing cancelled.
+ck_bind_summary(&ck_state)
 
-# The window: user code of execution `_window_gen` runs on thread `_window_tid` (worker mode).
+# The windows: user code of execution _window_gen[i] runs on thread _window_tid[i] (gen 0: a free entry).
 # Only touched with the GIL held and no Python code in between, so each
 # function below is atomic with respect to the others: an async exception is only
-# ever aimed at the thread while it runs that execution's user code.
-cdef unsigned long long _window_gen = 0
-cdef unsigned long _window_tid = 0
+# ever aimed at a thread while it runs that execution's user code.
+cdef unsigned long long _window_gen[CK_SLOTS]
+cdef unsigned long _window_tid[CK_SLOTS]
 
 cdef ck_c_api_t _c_api
 
 # The main thread: where SIGINT is forwarded, and where cancellable_sleep runs Python's handlers.
 ck_set_main_thread(_threading.main_thread().ident)
+
+_FULL = f"cancelkernel.native: {CK_SLOTS} threads already run cells at once; no cancellation slot is free"
 
 
 cdef inline uint32_t _gen32(object gen) except? 0:
@@ -100,9 +115,20 @@ cdef inline unsigned long long _gen64(object gen) except? 0:
     return <unsigned long long>(int(gen) & 0xFFFFFFFFFFFFFFFF)
 
 
-cdef int ck_raise_cancelled() except -1 nogil:
+cdef int _raise_cancelled() except -1 nogil:
     with gil:
         raise KeyboardInterrupt("cancelled")
+
+
+cdef int ck_cancel_requested_slow() noexcept nogil:
+    return ck_slow_check()
+
+
+cdef int ck_raise_cancelled() except -1 nogil:
+    # Checks for itself: modules built against the first .pxd call it whenever the summary is non-zero.
+    if ck_slow_check():
+        return _raise_cancelled()
+    return 0
 
 
 cdef int ck_cancellable_sleep(double seconds) except -1 nogil:
@@ -118,14 +144,14 @@ cdef int ck_cancellable_sleep(double seconds) except -1 nogil:
         # Wait without the GIL even when the caller holds it.
         if PyGILState_Check():
             ts = PyEval_SaveThread()
-            status = ck_sleep_until(&ck_state, deadline, poll_signals)
+            status = ck_sleep_until(deadline, poll_signals)
             PyEval_RestoreThread(ts)
         else:
-            status = ck_sleep_until(&ck_state, deadline, poll_signals)
+            status = ck_sleep_until(deadline, poll_signals)
         if status == 0:
             return 0
         if status == 1:
-            return ck_raise_cancelled()
+            return _raise_cancelled()
         # A signal may be pending: run Python's handlers first, as time.sleep does.
         with gil:
             if PyErr_CheckSignals() < 0:
@@ -134,47 +160,60 @@ cdef int ck_cancellable_sleep(double seconds) except -1 nogil:
 
 # --- lifetime of an execution (the cancellation core serialises these) ---
 
-def begin(gen):
-    """Mark execution `gen` as running and not cancelled."""
-    ck_begin(&ck_state, _gen32(gen))
+def begin(gen, thread_id=None, parent=True):
+    """Execution `gen` starts; its user code runs on `thread_id` (default: this thread), not cancelled."""
+    cdef uint32_t g = _gen32(gen)
+    cdef unsigned long tid = _threading.get_ident() if thread_id is None else thread_id
+    if g == 0 or tid == 0:
+        raise ValueError(f"begin needs a positive gen and a thread id, not {gen!r}, {thread_id!r}")
+    if ck_begin(g, tid, 1 if parent else 0) < 0:
+        raise RuntimeError(_FULL)
 
 
 def end(gen):
-    """Mark execution `gen` as ended; the flag reads False until the next begin."""
+    """Execution `gen` ended: its flag reads False, and nothing of it can be seen any more."""
     cdef uint32_t g = _gen32(gen)
-    ck_end(&ck_state, g)
+    ck_end(g)
     ck_unexpect(g)
 
 
 def cancel(gen):
-    """Set the flag if `gen` is the running execution; return whether it is set."""
-    return ck_cancel(&ck_state, _gen32(gen)) != 0
+    """Set `gen`'s flag if `gen` is running; return whether it is set."""
+    return ck_cancel(_gen32(gen)) != 0
+
+
+def uncancel(gen):
+    """Clear `gen`'s flag; it keeps running."""
+    ck_uncancel(_gen32(gen))
 
 
 def running_gen():
-    """The generation of the running execution, 0 while idle."""
-    return ck_load_gen(&ck_state)
+    """The execution whose cancel this thread sees (its own, else the parent's); 0 if none."""
+    return ck_running_gen()
 
 
 def cancel_requested():
-    """True while the running execution has been cancelled."""
-    return ck_load_cancelled(&ck_state) != 0
+    """True while this thread's execution (its own, else the parent's) is cancelled."""
+    return ck_load_cancelled(&ck_state) != 0 and ck_slow_check() != 0
 
 
 def raise_if_cancelled():
-    """Raise KeyboardInterrupt if the running execution has been cancelled."""
-    if ck_load_cancelled(&ck_state) != 0:
+    """Raise KeyboardInterrupt if this thread's execution has been cancelled."""
+    if ck_load_cancelled(&ck_state) != 0 and ck_slow_check() != 0:
         raise KeyboardInterrupt("cancelled")
 
 
 def cancellable_sleep(seconds):
-    """Sleep, but raise KeyboardInterrupt within about a millisecond of a cancel."""
+    """Sleep, but raise KeyboardInterrupt within about a millisecond of a cancel of this thread's execution."""
     ck_cancellable_sleep(float(seconds))
 
 
 def flag_address():
-    """Address of a C int that is non-zero while the running execution is cancelled."""
-    return <size_t>ck_cancelled_ptr(&ck_state)
+    """Address of a C int that is non-zero while this thread's execution is cancelled (call it in the cell)."""
+    cdef int *p = ck_flag_ptr()
+    if p == NULL:
+        raise RuntimeError(_FULL)
+    return <size_t>p
 
 
 # --- SIGINT attribution: the C handler tells the kernel's own SIGINT from an outside one ---
@@ -185,7 +224,7 @@ def expect_sigint(gen):
 
 
 def take_sigint_arrival():
-    """Gen running when the last outside SIGINT arrived (0: idle or none; -1: cannot tell)."""
+    """Parent gen the last outside SIGINT cancelled (0: idle or none; -1: cannot tell)."""
     cdef uint32_t arrival = ck_take_arrival()
     if arrival != 0:
         return arrival
@@ -195,7 +234,7 @@ def take_sigint_arrival():
 
 def install_sigint_handler():
     """Chain the C handler in front of the current SIGINT action (again, if replaced)."""
-    if ck_install_handler(&ck_state) < 0:
+    if ck_install_handler() < 0:
         raise OSError("sigaction(SIGINT) failed")
     return True
 
@@ -205,58 +244,77 @@ def sigint_handler_installed():
     return ck_handler_installed() == 1
 
 
-# --- GIL yield (main mode): see ck_yield_main in src/flag.c ---
+# --- GIL yield: see src/yield.c ---
 
 def start_gil_yield(signum, stall_seconds):
-    """Send `signum` to the main thread when the watchdog's heartbeat stalls `stall_seconds` mid-execution."""
+    """When the heartbeat stalls `stall_seconds` mid-execution, ask cancel points to yield the GIL (and send `signum`, unless 0)."""
     cdef int stall_ms = max(20, int(float(stall_seconds) * 1000))
-    if ck_start_yield(&ck_state, int(signum), stall_ms) < 0:
+    if ck_start_yield(int(signum), stall_ms) < 0:
         raise OSError("could not start the GIL-yield thread")
     return True
 
 
 def gil_heartbeat():
-    """Called by the watchdog on every tick: proof that Python threads still get the GIL."""
+    """Called by the watchdog on every tick: proof that Python threads still get the GIL (clears the yield bit)."""
     ck_beat()
 
 
-# --- async exceptions into a worker thread, atomic with respect to the window ---
+def yield_requested():
+    """True while cancel points are asked to yield the GIL."""
+    return ck_yield_requested() != 0
+
+
+# --- async exceptions into worker threads, atomic with respect to the windows ---
 
 def open_window(gen, thread_id):
     """User code of execution `gen` starts running on thread `thread_id`."""
-    global _window_gen, _window_tid
     cdef unsigned long long g = _gen64(gen)
     cdef unsigned long tid = thread_id
-    _window_gen = g
-    _window_tid = tid
+    cdef int i, free = -1
+    if g == 0:
+        return
+    for i in range(CK_SLOTS):
+        if _window_gen[i] == g:  # one window per execution: reopened, it moves
+            _window_gen[i] = 0
+        if _window_gen[i] == 0 and free < 0:
+            free = i
+    if free < 0:
+        raise RuntimeError(_FULL)
+    _window_tid[free] = tid
+    _window_gen[free] = g
 
 
 def close_window(gen, thread_id):
     """User code stopped; drop any async exception still pending for that thread."""
-    global _window_gen, _window_tid
     cdef unsigned long long g = _gen64(gen)
     cdef unsigned long tid = thread_id
-    if _window_gen == g and _window_tid == tid:
-        _window_gen = 0
-        _window_tid = 0
+    cdef int i
+    for i in range(CK_SLOTS):
+        if g != 0 and _window_gen[i] == g and _window_tid[i] == tid:
+            _window_gen[i] = 0
     PyThreadState_SetAsyncExc(tid, NULL)
 
 
 def raise_in_window(gen, exc_class):
     """Raise `exc_class` in the thread running `gen`'s user code, if it still is."""
     cdef unsigned long long g = _gen64(gen)
+    cdef int i
     if not PyExceptionClass_Check(exc_class):
         raise TypeError(f"raise_in_window needs an exception class, not {exc_class!r}")
-    if g == 0 or _window_gen != g:
+    if g == 0:
         return False
-    return PyThreadState_SetAsyncExc(_window_tid, <PyObject *>exc_class) == 1
+    for i in range(CK_SLOTS):
+        if _window_gen[i] == g:
+            return PyThreadState_SetAsyncExc(_window_tid[i], <PyObject *>exc_class) == 1
+    return False
 
 
 # --- the C API capsule (cancelkernel_native.h: cancelkernel_import()) ---
 
 _c_api.version = CANCELKERNEL_C_API_VERSION
 _c_api.size = sizeof(ck_c_api_t)
-_c_api.cancelled = ck_cancelled_ptr(&ck_state)
+_c_api.cancelled = ck_summary_flag()
 _c_api.raise_if_cancelled = ck_raise_cancelled
 _c_api.cancellable_sleep = ck_cancellable_sleep
+_c_api.cancel_requested_slow = ck_cancel_requested_slow
 _C_API = PyCapsule_New(<void *>&_c_api, CANCELKERNEL_CAPSULE_NAME, NULL)

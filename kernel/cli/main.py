@@ -24,6 +24,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--name", default="cancelkernel", help="kernelspec name (default: %(default)s)")
     p.add_argument("--display-name", default=None, help="name shown in Jupyter (default: 'Python 3 (cancelkernel)')")
     p.add_argument("--exec-thread", choices=["main", "worker"], default="main", help="where user code runs (default: %(default)s)")
+    p.add_argument(
+        "--interrupt-mode", choices=["signal", "message"], default=None,
+        help="how Jupyter interrupts the kernel: SIGINT to its process group (the default: fastest, reaches GIL-held loops) or interrupt_request",
+    )
     grace = duration_arg("--interrupt-grace")
     p.add_argument("--interrupt-grace", type=grace, default=None, metavar="SECONDS", help="seconds an interrupted cell gets to stop (30, 1.5, 2m)")
 
@@ -88,6 +92,7 @@ def _install(args: argparse.Namespace) -> int:
             prefix=prefix,
             exec_thread=args.exec_thread,
             interrupt_grace=args.interrupt_grace,
+            interrupt_mode=args.interrupt_mode,
         )
     except InstallError as exc:
         print(f"cancelkernel install: {exc}", file=sys.stderr)

@@ -13,6 +13,7 @@ import faulthandler
 import logging
 import os
 import sys
+import threading
 import typing as t
 
 from ipykernel.ipkernel import IPythonKernel
@@ -27,7 +28,10 @@ from ..frames import Frame
 from ..runtime.execution import Budgets, Execution, StackRecord
 from ..runtime.runtime import Runtime
 from . import directives, events, metadata, upstream
+from .control import ControlRequests
+from .interrupts import PendingCancels
 from .options import KernelOptions
+from .replies import InternalError, error_reply, internal_error_text
 from .shell import CancelShell
 from .streams import connect_streams
 from .texts import interrupt_message
@@ -36,7 +40,7 @@ from .texts import interrupt_message
 SHUTDOWN_DEADLINE = 3.0
 
 
-class CancelKernel(KernelOptions, IPythonKernel):
+class CancelKernel(ControlRequests, KernelOptions, IPythonKernel):
     """An IPython kernel whose cells can always be stopped."""
 
     shell_class = CancelShell
@@ -59,6 +63,10 @@ class CancelKernel(KernelOptions, IPythonKernel):
         self._parents: dict[str, dict] = {}
         self._reply_metadata: dict[str, dict] = {}
         self._aborted_before_reply = False
+        self.pending_cancels = PendingCancels()
+        # Held while a cell starts and while a targeted interrupt decides "running or pending":
+        # an interrupt can never fall between the two (and be lost).
+        self._start_lock = threading.Lock()
         self.runtime = Runtime(
             mode=self.exec_thread,
             grace=self.interrupt_grace,
@@ -116,36 +124,7 @@ class CancelKernel(KernelOptions, IPythonKernel):
         }
         return info
 
-    # -- control and shell requests of our own --
-
-    async def interrupt_request(self, stream: t.Any, ident: t.Any, parent: dict) -> None:
-        """Interrupt the running execution, or only `content.target` if given."""
-        if not self.session:
-            return
-        content = parent.get("content") or {}
-        target = content.get("target") if isinstance(content, dict) else None
-        reply: dict[str, t.Any]
-        if target is not None and (not isinstance(target, str) or not target.strip()):
-            reply = _error_content(
-                "ValueError",
-                f"interrupt_request 'target' must be the msg_id (a non-empty string) of an "
-                f"execute_request, not {target!r}; send an empty content to interrupt whatever runs",
-            )
-        elif self._shutting_down:
-            reply = _error_content("RuntimeError", "the kernel is shutting down; nothing was interrupted")
-        else:
-            hit = self.runtime.cancel(target, protocol.REASON_REQUEST)
-            reply = {"status": "ok", "interrupted": hit is not None, "execution": hit.msg_id if hit else None}
-            if hit is None:
-                running = self.runtime.core.parent_execution
-                reply["running"] = running.msg_id if running else None
-        self.session.send(stream, protocol.INTERRUPT_REPLY, reply, parent, ident=ident)
-
-    async def cancel_status_request(self, stream: t.Any, ident: t.Any, parent: dict) -> None:
-        """Answer on the control channel: what runs, for how long, and its state."""
-        if not self.session:
-            return
-        self.session.send(stream, protocol.CANCEL_STATUS_REPLY, json_clean(self.cancel_status()), parent, ident=ident)
+    # -- requests of our own (the control ones are in control.py) --
 
     async def checkpoint_request(self, stream: t.Any, ident: t.Any, parent: dict) -> None:
         """Save, restore, list or drop checkpoints of the user namespace."""
@@ -153,18 +132,6 @@ class CancelKernel(KernelOptions, IPythonKernel):
             return
         reply = handle_checkpoint_request(self.checkpoints, parent.get("content") or {})
         self.session.send(stream, protocol.CHECKPOINT_REPLY, json_clean(reply), parent, ident=ident)
-
-    def cancel_status(self) -> dict:
-        dumps = self.runtime.dumps
-        return metadata.cancel_status(
-            self.runtime.core.running(),
-            exec_thread=self.exec_thread,
-            native_flag=self.runtime.native_flag,
-            interrupt_grace=self.interrupt_grace,
-            dump_file=dumps.path if dumps.available else None,
-            last_stack=self._last_stack,
-            abandoned_threads=self.runtime.executor.abandoned_threads(),
-        )
 
     # -- what the runtime tells us (RuntimeListener) --
 
@@ -209,19 +176,31 @@ class CancelKernel(KernelOptions, IPythonKernel):
         cell_meta: dict | None = None,
         cell_id: str | None = None,
     ) -> dict:
-        """Run a cell inside an execution the runtime can cancel; add our reply metadata."""
+        """Run a cell inside an execution the runtime can cancel; add our reply metadata.
+
+        Whatever fails in our own machinery, the cell gets a reply naming the problem.
+        """
         shell = self.shell
         assert isinstance(shell, CancelShell)
         parent = self.get_parent("shell")
-        msg_id = parent.get("header", {}).get("msg_id", "")
+        header = parent.get("header", {})
+        msg_id, subshell_id = header.get("msg_id", ""), header.get("subshell_id")
         try:
             wanted = self._directives(code, cell_meta)
+            before = save_before(self.checkpoints) if wanted.checkpoint == "before" else None
+            budgets = Budgets(wall=wanted.wall_budget or 0.0, quiet=wanted.quiet_budget or 0.0, timeout=wanted.timeout)
+            self._parents[msg_id] = parent
+            with self._start_lock:
+                if self.pending_cancels.take(msg_id):
+                    self._parents.pop(msg_id, None)
+                    return self._cancelled_before_start(msg_id)
+                execution = self.runtime.begin(msg_id, code, budgets, subshell_id=subshell_id)
         except directives.BudgetError as exc:
-            return self._refuse(msg_id, exc)
-        before = save_before(self.checkpoints) if wanted.checkpoint == "before" else None
-        budgets = Budgets(wall=wanted.wall_budget or 0.0, quiet=wanted.quiet_budget or 0.0, timeout=wanted.timeout)
-        self._parents[msg_id] = parent
-        execution = self.runtime.begin(msg_id, code, budgets)
+            return self._refuse(msg_id, directives.BudgetError, f"{exc} (the cell was not run)")
+        except Exception as exc:  # noqa: BLE001 - never a missing reply
+            self.log.exception("cancelkernel: preparing cell %s failed", msg_id)
+            self._parents.pop(msg_id, None)
+            return self._refuse(msg_id, InternalError, internal_error_text("to prepare the cell (it was not run)", exc))
         try:
             try:
                 reply = await upstream.run_cell_like_stock(
@@ -233,6 +212,18 @@ class CancelKernel(KernelOptions, IPythonKernel):
                 reply = self._escaped_interrupt_reply(execution, exc)
         finally:
             self.runtime.end(execution)
+            self.pending_cancels.finished(msg_id)
+        try:
+            self._finish(execution, reply, before, silent)
+        except Exception as exc:  # noqa: BLE001 - the cell ran: keep its reply, say what failed after it
+            self.log.exception("cancelkernel: finishing cell %s failed", msg_id)
+            self._reply_metadata[msg_id] = {"msg_id": msg_id, "internal_error": internal_error_text("after the cell", exc)}
+        finally:
+            self._parents.pop(msg_id, None)
+        return reply
+
+    def _finish(self, execution: Execution, reply: dict, before: dict | None, silent: bool) -> None:
+        """After the cell: its report, a dump taken while it ran, autosave, the reply metadata."""
         if execution.report is not None and reply.get("status") == "error":
             reply["ename"], reply["evalue"] = execution.report.ename, execution.report.evalue
         if execution.dump is not None:
@@ -240,46 +231,37 @@ class CancelKernel(KernelOptions, IPythonKernel):
         autosaved = None if silent else maybe_autosave(self.checkpoints, reply.get("status"))
         if before or autosaved:
             execution.checkpoint = {"before": before, "autosave": autosaved}
-        self._reply_metadata[msg_id] = metadata.reply_metadata(execution, reply, self.exec_thread)
-        self._parents.pop(msg_id, None)
-        return reply
+        self._reply_metadata[execution.msg_id] = metadata.reply_metadata(execution, reply, self.exec_thread)
 
     def _directives(self, code: str, cell_meta: dict | None) -> directives.CellDirectives:
         """Kernel defaults < execute_request metadata < a %%budget / %%timeout first line."""
         defaults = directives.CellDirectives(wall_budget=self.wall_budget or None, quiet_budget=self.quiet_budget or None)
-        meta = directives.from_metadata((cell_meta or {}).get(protocol.KEY))
+        meta = directives.from_metadata((cell_meta or {}).get(protocol.KEY) if isinstance(cell_meta, dict) else None)
         line = directives.first_directive_line(code)
         magic = directives.parse_directive(line) if line else directives.CellDirectives()
         return directives.merge(defaults, meta, magic)
 
-    def _refuse(self, msg_id: str, exc: directives.BudgetError) -> dict:
-        """A bad budget: say so in the cell and do not run it."""
+    def _refuse(self, msg_id: str, etype: type, evalue: str) -> dict:
+        """The cell is not run: say why in the cell; the shell's counter does not move."""
         assert self.shell is not None
+        self.pending_cancels.finished(msg_id)
         self._reply_metadata[msg_id] = metadata.refused_metadata(msg_id)
-        # The cell never ran, so the shell's counter did not move.
-        return self._error_reply(directives.BudgetError, f"{exc} (the cell was not run)", self.shell.execution_count)
+        return error_reply(self.shell, etype, evalue, self.shell.execution_count)
+
+    def _cancelled_before_start(self, msg_id: str) -> dict:
+        """An interrupt named this cell before it started: it never runs user code."""
+        assert self.shell is not None
+        self.pending_cancels.finished(msg_id)
+        self._reply_metadata[msg_id] = metadata.cancelled_before_start_metadata(msg_id, self.exec_thread)
+        evalue = "cell cancelled before it started: an interrupt_request named it while it waited"
+        return error_reply(self.shell, KeyboardInterrupt, evalue, self.shell.execution_count)
 
     def _escaped_interrupt_reply(self, execution: Execution, exc: BaseException) -> dict:
         etype = asyncio.CancelledError if isinstance(exc, asyncio.CancelledError) else KeyboardInterrupt
         self.log.warning("interrupt escaped the shell for %s; replying anyway", execution.msg_id)
         assert self.shell is not None
         # run_cell counted the cell before the interrupt escaped it.
-        return self._error_reply(etype, interrupt_message(execution), self.shell.execution_count - 1)
-
-    def _error_reply(self, etype: type, evalue: str, execution_count: int) -> dict:
-        """Show a one-line error in the cell and build its execute_reply content."""
-        assert self.shell is not None
-        stb = [f"\x1b[31m{etype.__name__}\x1b[0m: {evalue}"]
-        self.shell._showtraceback(etype, evalue, stb)
-        return {
-            "status": "error",
-            "ename": etype.__name__,
-            "evalue": evalue,
-            "traceback": stb,
-            "execution_count": execution_count,
-            "user_expressions": {},
-            "payload": [],
-        }
+        return error_reply(self.shell, etype, interrupt_message(execution), self.shell.execution_count - 1)
 
     def finish_metadata(self, parent: dict, metadata: dict, reply_content: dict) -> dict:
         """Add our metadata; start stop_on_error's aborting BEFORE the error reply leaves (upstream.py)."""
@@ -328,6 +310,3 @@ def _log_to(app_log: logging.Logger) -> None:
             ours.addHandler(handler)
     ours.propagate = False
 
-
-def _error_content(ename: str, evalue: str) -> dict:
-    return {"status": "error", "ename": ename, "evalue": evalue, "traceback": [], "interrupted": False, "execution": None}

@@ -66,6 +66,23 @@ def refused_metadata(msg_id: str) -> dict:
     return {"msg_id": msg_id, "interrupted": False, "reason": None, "refused": True}
 
 
+def cancelled_before_start_metadata(msg_id: str, exec_thread: str) -> dict:
+    """A cell an interrupt named before it started: it never ran."""
+    return {
+        "msg_id": msg_id,
+        "interrupted": True,
+        "reason": protocol.REASON_REQUEST,
+        "before_start": True,
+        "cancel_requested": True,
+        "elapsed": 0.0,
+        "stopped_at": None,
+        "stack": None,
+        "interrupts_sent": 1,
+        "abandoned_thread": None,
+        "exec_thread": exec_thread,
+    }
+
+
 def execution_state(execution: Execution) -> str:
     if execution.watch.unresponsive:
         return protocol.STATE_UNRESPONSIVE
@@ -116,7 +133,8 @@ def cancel_status(
         "exec_thread": exec_thread,
         "native_flag": native_flag,
         "interrupt_grace": interrupt_grace,
-        "execution": execution_status(running[0]) if running else None,
+        "execution": execution_status(running[0]) if running else None,  # the parent shell's, else the first
+        "executions": [execution_status(e) for e in running],
         "last_stack": last_stack,
         "dump_file": dump_file,
         "abandoned_threads": abandoned_threads,

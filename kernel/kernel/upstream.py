@@ -32,6 +32,9 @@ REVIEWED: dict[str, dict[str, str]] = {
     "ipykernel.kernelbase:Kernel.pre_handler_hook": {"7.4.0": "b398c28ca5a83779"},  # replaced: SIGINT stays ours
     "ipykernel.kernelbase:Kernel.post_handler_hook": {"7.4.0": "074f5f5a14014b68"},  # replaced: SIGINT re-installed
     "ipykernel.kernelapp:IPKernelApp.init_signal": {"7.4.0": "94108b7972a28c74"},  # replaced: SIGINT not ignored
+    "ipykernel.kernelbase:Kernel.shell_channel_thread_main": {"7.4.0": "cb7451df829a0f42"},  # wrapped: note_received
+    "ipykernel.kernelbase:Kernel._publish_status": {"7.4.0": "415eebd1179c705c"},  # wrapped: parent_type
+    "ipykernel.kernelbase:Kernel.delete_subshell_request": {"7.4.0": "30b166ac9414ff0b"},  # wrapped: cell stopped first
 }
 
 
@@ -227,3 +230,32 @@ def abort_before_reply(kernel: t.Any, subshell_id: str | None) -> bool:
 
     kernel.shell_channel_thread.io_loop.add_callback(post_marker)
     return queued.wait(1.0)
+
+
+# -- Kernel.shell_channel_thread_main / Kernel._publish_status (ipykernel 7.4.0) --------------
+
+
+def note_received(kernel: t.Any, msg: t.Any, note: t.Callable[[str], None]) -> None:
+    """Tell `note` the msg_id of an execute_request reaching the shell channel thread.
+
+    Reads the header the way `Kernel.shell_channel_thread_main` does (feed_identities,
+    deserialize without content), without touching the frames it then routes.
+    A message it cannot read is left to the original, which logs it.
+    """
+    session = kernel.session
+    if session is None:
+        return
+    try:
+        _, frames = session.feed_identities(msg, copy=False)
+        header = session.deserialize(frames, content=False, copy=False)["header"]
+    except Exception:  # noqa: BLE001 - invalid messages are the original's to report
+        return
+    if header.get("msg_type") == "execute_request" and isinstance(header.get("msg_id"), str):
+        note(header["msg_id"])
+
+
+def parent_type(kernel: t.Any, channel: str, parent: dict | None) -> str | None:
+    """The msg_type of the request a status is published for (`Kernel._publish_status`'s parent)."""
+    parent = parent or kernel.get_parent(channel)
+    header = parent.get("header") if isinstance(parent, dict) else None
+    return header.get("msg_type") if isinstance(header, dict) else None

@@ -55,7 +55,7 @@ class CancellationCore:
         execution.exc_class = type("KeyboardInterrupt", (CellInterrupt,), {"execution": execution})
         with self._lock:
             self._by_thread[thread_id] = execution
-            native.begin(gen)
+            native.begin(gen, thread_id, parent=subshell_id is None)
         return execution
 
     def end(self, execution: Execution) -> None:
@@ -119,24 +119,38 @@ class CancellationCore:
     # -- cancelling (any thread but the exec thread's own signal handler) --
 
     def cancel(self, target: str | None, reason: str) -> Execution | None:
-        """Cancel the running execution `target` (None: the parent shell's).
+        """Cancel the running execution `target`; None cancels every running one (see cancel_all).
 
-        Returns the execution hit, or None if nothing matched (idle, or the
-        target already ended).  Never blocks on the exec thread.
+        Returns the execution hit (the first one, for None), or None if nothing
+        matched (idle, or the target already ended).  Never blocks on the exec thread.
         """
+        if target is None:
+            hit = self.cancel_all(reason)
+            return hit[0] if hit else None
+        return next(iter(self._cancel(lambda: [e for e in self.running() if e.msg_id == target], reason)), None)
+
+    def cancel_all(self, reason: str, *, subshell_id: str | None | object = ...) -> list[Execution]:
+        """Cancel every running execution (only the one of `subshell_id`, None = the parent shell, if given)."""
+
+        def matching() -> list[Execution]:
+            return [e for e in self.running() if subshell_id is ... or e.subshell_id == subshell_id]
+
+        return self._cancel(matching, reason)
+
+    def _cancel(self, select: Callable[[], list[Execution]], reason: str) -> list[Execution]:
         if reason not in CANCEL_REASONS:
             raise ValueError(f"unknown cancel reason {reason!r}; expected one of {CANCEL_REASONS}")
         with self._lock:
-            execution = self.parent_execution if target is None else self.find(target)
-            if execution is None:
-                return None
-            self.mark_cancelled(execution, reason)
-            self.deliver(execution, execution.exc_class)
-        if self._signal_children:
+            hit = select()
+            for execution in hit:
+                self.mark_cancelled(execution, reason)
+                self.deliver(execution, execution.exc_class)
+        if hit and self._signal_children:
             signal_child_processes(signal.SIGINT)
         if self._on_cancel is not None:
-            self._on_cancel(execution)
-        return execution
+            for execution in hit:
+                self._on_cancel(execution)
+        return hit
 
     def mark_cancelled(self, execution: Execution, reason: str) -> None:
         state = execution.cancel
@@ -222,7 +236,7 @@ class CancellationCore:
         execution.cancel.pending_scope = None
         if execution.cancelled:
             return
-        native.begin(execution.gen)  # the flag was set for the deadline only: clear it
+        native.uncancel(execution.gen)  # the flag was set for the deadline only: clear it
         window = execution.window
         if window is not None and not window.on_main_thread:
             # Drop a deadline exception still pending for this thread, keep the window.

@@ -34,6 +34,15 @@ class CellInterrupt(KeyboardInterrupt):
 
     execution: Execution | None = None
 
+    def __init__(self, *args: object):
+        super().__init__(*args)
+        if getattr(threading.current_thread(), "abandoned", False):
+            # Made in the thread it is raised in: an abandoned exec thread that got back
+            # to Python code must not go on running the cell (abandoned.py).
+            from .abandoned import stop_this_thread
+
+            stop_this_thread()
+
 
 @dataclass
 class Window:

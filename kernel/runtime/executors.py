@@ -33,7 +33,11 @@ def is_abandoned_thread() -> bool:
 
 
 class Executor:
-    """Runs one compiled code object of the current execution."""
+    """Runs one compiled code object of the current execution.
+
+    A cell of a subshell (ipykernel runs each subshell on its own thread) runs
+    in place on that thread, with worker-style delivery, in every mode.
+    """
 
     mode = "?"
 
@@ -41,9 +45,51 @@ class Executor:
         self.core = core
         self.deadlines = deadlines
         self.label_of = label_of
+        self._wakers: dict[int, threading.Event] = {}
 
     async def run(self, code: types.CodeType, async_: bool, globals_: dict, locals_: Any) -> None:
+        __tracebackhide__ = True
+        here = self.core.on_thread(threading.get_ident())
+        if here is not None and here.subshell_id is not None:
+            if nested(here):
+                await run_here(code, async_, globals_, locals_)
+            else:
+                await self.run_in_place(here, code, async_, globals_, locals_)
+            return
+        await self.run_cell_code(code, async_, globals_, locals_)
+
+    async def run_cell_code(self, code: types.CodeType, async_: bool, globals_: dict, locals_: Any) -> None:
+        """Run a code object of a parent-shell cell, where this mode runs them."""
         raise NotImplementedError
+
+    async def run_in_place(self, execution: Execution, code: types.CodeType, async_: bool, globals_: dict, locals_: Any) -> None:
+        """Run on the calling thread inside `execution`'s window."""
+        __tracebackhide__ = True
+        ident = threading.get_ident()
+        on_main = threading.current_thread() is threading.main_thread()
+        window = Window(ident, on_main_thread=on_main, waker=None if on_main else self._waker(ident))
+        if async_:
+            # The task to cancel while the cell awaits: the one running run_cell_async.
+            window.task = asyncio.current_task()
+            window.loop = asyncio.get_running_loop()
+        with self.deadlines.cell(execution, self.label_of):
+            try:
+                self.core.open_window(execution, window)
+                if async_:
+                    await eval(code, globals_, locals_)
+                else:
+                    exec(code, globals_, locals_)
+            finally:
+                late_interrupt = self.core.close_window(execution, window)
+        if late_interrupt is not None:
+            raise late_interrupt
+
+    def _waker(self, ident: int) -> threading.Event:
+        waker = self._wakers.get(ident)
+        if waker is None:
+            waker = self._wakers[ident] = threading.Event()
+        waker.clear()
+        return waker
 
     @property
     def exec_thread_id(self) -> int:
@@ -85,28 +131,13 @@ class MainThreadExecutor(Executor):
 
     mode = "main"
 
-    async def run(self, code: types.CodeType, async_: bool, globals_: dict, locals_: Any) -> None:
+    async def run_cell_code(self, code: types.CodeType, async_: bool, globals_: dict, locals_: Any) -> None:
         __tracebackhide__ = True
         execution = self.core.on_thread(threading.get_ident())
         if execution is None or nested(execution):
             await run_here(code, async_, globals_, locals_)
             return
-        window = Window(threading.get_ident(), on_main_thread=True)
-        if async_:
-            # The task to cancel while the cell awaits: the one running run_cell_async.
-            window.task = asyncio.current_task()
-            window.loop = asyncio.get_running_loop()
-        with self.deadlines.cell(execution, self.label_of):
-            try:
-                self.core.open_window(execution, window)
-                if async_:
-                    await eval(code, globals_, locals_)
-                else:
-                    exec(code, globals_, locals_)
-            finally:
-                late_interrupt = self.core.close_window(execution, window)
-        if late_interrupt is not None:
-            raise late_interrupt
+        await self.run_in_place(execution, code, async_, globals_, locals_)
 
     @property
     def exec_thread_id(self) -> int:
@@ -115,11 +146,11 @@ class MainThreadExecutor(Executor):
         return ident
 
 
-def make_executor(mode: str, core: CancellationCore, deadlines: DeadlineRegistry, label_of: LabelOf) -> Executor:
+def make_executor(mode: str, core: CancellationCore, deadlines: DeadlineRegistry, label_of: LabelOf, sleep: Callable[[float], None]) -> Executor:
     if mode == "main":
         return MainThreadExecutor(core, deadlines, label_of)
     if mode == "worker":
         from .worker import WorkerExecutor
 
-        return WorkerExecutor(core, deadlines, label_of)
+        return WorkerExecutor(core, deadlines, label_of, sleep)
     raise ValueError(f"unknown exec_thread mode {mode!r}; use 'main' or 'worker'")

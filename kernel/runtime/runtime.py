@@ -22,6 +22,9 @@ from .dumps import DumpFile
 from .execution import Budgets, Execution, StackRecord
 from .executors import Executor, make_executor
 from .signals import SigintOwner
+from .sleep import install as install_sleep
+from .sleep import make_cooperative_sleep
+from .sleep import uninstall as uninstall_sleep
 from .stacks import thread_stack
 from .watchdog import Watchdog
 
@@ -62,15 +65,18 @@ class Runtime:
         self.watchdog = Watchdog(
             self.core, grace=grace, dumps=self.dumps, on_trip=self._on_trip, on_unresponsive=self._on_unresponsive
         )
-        self.executor: Executor = make_executor(mode, self.core, self.deadlines, label_of)
+        self.sleep = make_cooperative_sleep(self.core)
+        install_sleep(self.sleep)
+        self.executor: Executor = make_executor(mode, self.core, self.deadlines, label_of, self.sleep)
         self._cell_scopes: dict[int, CancelScope] = {}
         if switch_interval:
             # A busy cell holds the GIL; the control thread waits this long for it at every hand-over.
             sys.setswitchinterval(switch_interval)
         if threading.current_thread() is threading.main_thread():
             self.sigint.install()
-            if mode == "main" and gil_yield:
-                self.sigint.enable_gil_yield(gil_yield)
+            if gil_yield:
+                # Main mode also signals the main thread; every mode sets the yield bit cooperative loops check.
+                self.sigint.enable_gil_yield(gil_yield, signal_main=mode == "main")
 
     @property
     def deadlines(self) -> DeadlineRegistry:
@@ -84,9 +90,14 @@ class Runtime:
     # -- executions --
 
     def begin(self, msg_id: str, code: str, budgets: Budgets, *, subshell_id: str | None = None) -> Execution:
-        """A cell starts: track it, arm its budgets and its whole-cell deadline."""
+        """A cell starts: track it, arm its budgets and its whole-cell deadline.
+
+        A parent-shell cell runs where the executor runs cells; a subshell's
+        cell runs on the subshell's own thread (the calling thread).
+        """
         self.sigint.ensure()
-        execution = self.core.begin(msg_id, code, thread_id=self.executor.exec_thread_id, subshell_id=subshell_id)
+        thread_id = self.executor.exec_thread_id if subshell_id is None else threading.get_ident()
+        execution = self.core.begin(msg_id, code, thread_id=thread_id, subshell_id=subshell_id)
         execution.budgets = budgets
         if budgets.timeout:
             scope = fail_after(budgets.timeout)
@@ -113,6 +124,9 @@ class Runtime:
     def cancel(self, target: str | None, reason: str) -> Execution | None:
         return self.core.cancel(target, reason)
 
+    def cancel_all(self, reason: str, *, subshell_id: str | None | object = ...) -> list[Execution]:
+        return self.core.cancel_all(reason, subshell_id=subshell_id)
+
     def output_seen(self, msg_id: str | None) -> None:
         """Output of the cell `msg_id` (or of whatever runs, if unknown): its quiet clock restarts."""
         running = self.core.running()
@@ -127,6 +141,7 @@ class Runtime:
     def close(self) -> None:
         self.watchdog.stop()
         self.executor.shutdown()
+        uninstall_sleep(self.sleep)
         self.dumps.close()
 
     # -- what the watchdog found --

@@ -59,19 +59,24 @@ class SigintOwner:
         if not native.sigint_handler_installed():
             native.install_sigint_handler()
 
-    def enable_gil_yield(self, stall: float) -> bool:
-        """Main mode: when one C call holds the GIL for `stall` s, signal it to hand the GIL over.
+    def enable_gil_yield(self, stall: float, *, signal_main: bool = True) -> bool:
+        """When one C call holds the GIL for `stall` s, ask it to hand the GIL over.
 
-        A C call that checks Python signals (the regex engine does) then runs
-        our handler, which sleeps a moment: the control thread gets the GIL and
-        can read an interrupt or status request.  Needs the compiled module.
+        The native yield thread sets a bit that cooperative native loops check
+        (they let go of the GIL a moment, so the control thread can read an
+        interrupt), and with `signal_main` also signals the main thread: a C call
+        that checks Python signals (the regex engine does) then runs our
+        handler, which sleeps a moment.  Needs the compiled module.
         """
         signum = getattr(signal, "SIGRTMIN", None)
-        if signum is None or not native.available or not _is_main_thread():
+        if not native.available or not _is_main_thread():
             return False
-        signum += YIELD_SIGNAL_OFFSET
-        signal.signal(signum, _yield_gil)
-        signal.siginterrupt(signum, False)  # never turn a system call of user code into EINTR
+        if signal_main and signum is not None:
+            signum += YIELD_SIGNAL_OFFSET
+            signal.signal(signum, _yield_gil)
+            signal.siginterrupt(signum, False)  # never turn a system call of user code into EINTR
+        else:
+            signum = 0
         return bool(native.start_gil_yield(signum, stall))
 
     def _on_sigint(self, signum: int, frame: types.FrameType | None) -> None:
@@ -80,6 +85,8 @@ class SigintOwner:
         core = self.core
         expected, core.sigint_expected = core.sigint_expected, None
         arrival = native.take_sigint_arrival()
+        if expected is None:
+            self._reach_subshells()  # handled at once (the main thread wakes for it): it is not a late one
         execution = core.parent_execution
         if execution is None:
             return
@@ -103,6 +110,14 @@ class SigintOwner:
             # A top-level-await cell suspended in the event loop: cancel its task.
             assert window.loop is not None
             window.loop.call_soon_threadsafe(core.cancel_task_if_open, execution, window)
+
+    def _reach_subshells(self) -> None:
+        """An outside SIGINT is an interrupt of everything, like an empty interrupt_request: subshell cells too."""
+        core = self.core
+        for other in core.running():
+            if other.subshell_id is not None and not other.cancelled:
+                core.mark_cancelled(other, REASON_SIGNAL)
+                core.deliver(other, other.exc_class)
 
     def _inside_run_code(self, frame: types.FrameType | None) -> bool:
         codes = self._run_code_codes

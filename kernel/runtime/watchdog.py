@@ -54,6 +54,7 @@ class Watchdog:
         self._wake = threading.Event()
         self._stopped = False
         self._pushed_at = 0.0
+        self._logged: set[tuple[str, str]] = set()
         self._thread = threading.Thread(target=self._run, name="cancelkernel-watchdog", daemon=True)
         self._thread.start()
 
@@ -92,8 +93,15 @@ class Watchdog:
                 self._wake.clear()
             try:
                 self.tick(time.monotonic())
-            except Exception:  # noqa: BLE001 - the watchdog must outlive any bug in a callback
-                log.exception("watchdog check failed")
+            except Exception as exc:  # noqa: BLE001 - the watchdog must outlive any bug in a callback
+                self._log_once(exc)
+
+    def _log_once(self, exc: Exception) -> None:
+        """A failing check is logged the first time, not on every tick."""
+        key = (type(exc).__name__, str(exc))
+        if key not in self._logged:
+            self._logged.add(key)
+            log.error("watchdog check failed (logged once; it keeps running)", exc_info=exc)
 
     def tick(self, now: float) -> None:
         """One look at everything (public for tests with an injected clock)."""

@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 import types
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,7 @@ from .core import CancellationCore
 from .deadlines import DeadlineRegistry
 from .execution import Execution, Window
 from .executors import Executor, LabelOf, nested, run_here
+from .sleep import in_cooperative_wait
 from .stacks import blocked_at
 
 log = logging.getLogger("cancelkernel")
@@ -61,6 +63,7 @@ class _Worker(threading.Thread):
         self.core = executor.core
         self.job: _Job | None = None
         self.abandoned = False
+        self.abandoned_at = 0.0  # time.time() it was given up on
         self.stopping = False
         self.loop = asyncio.new_event_loop()
         # Set by the core when it delivers an interrupt: wakes cooperative_sleep.
@@ -163,40 +166,17 @@ def _trim(error: BaseException) -> BaseException:
     return error.with_traceback(tb)
 
 
-def cooperative_sleep(seconds: float) -> None:
-    """time.sleep for the worker's user code: an interrupt or a deadline wakes it.
-
-    A worker blocked in the C sleep cannot receive an async exception, so on
-    the exec worker we wait on its waker instead; the async exception the core
-    delivered fires as soon as the wait returns.  Other threads sleep as usual.
-    """
-    __tracebackhide__ = True
-    worker = threading.current_thread()
-    if not isinstance(worker, _Worker) or worker.abandoned or worker.job is None:
-        return _real_sleep(seconds)
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0 or seconds != seconds:
-        return _real_sleep(seconds)  # same errors (and zero-sleep yield) as the real one
-    deadline = time.monotonic() + seconds
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return None
-        if worker.waker.wait(min(left, 3600.0)):
-            worker.waker.clear()
-
-
 class WorkerExecutor(Executor):
     """User code on one persistent worker thread; the main loop stays free."""
 
     mode = "worker"
 
-    def __init__(self, core: CancellationCore, deadlines: DeadlineRegistry, label_of: LabelOf, *, patch_sleep: bool = True):
+    def __init__(self, core: CancellationCore, deadlines: DeadlineRegistry, label_of: LabelOf, sleep: Callable[[float], None] | None = None):
         super().__init__(core, deadlines, label_of)
         self._count = 0
         self._abandoned: list[_Worker] = []
+        self._sleep = sleep  # the cooperative sleep: a worker waiting in it runs Python, it is not blocked in C
         self._worker = self._new_worker()
-        if patch_sleep and time.sleep is _real_sleep:
-            time.sleep = cooperative_sleep  # type: ignore[assignment]  # the same call, woken by interrupts
 
     def _new_worker(self) -> _Worker:
         self._count += 1
@@ -204,7 +184,7 @@ class WorkerExecutor(Executor):
         worker.start()
         return worker
 
-    async def run(self, code: types.CodeType, async_: bool, globals_: dict, locals_: Any) -> None:
+    async def run_cell_code(self, code: types.CodeType, async_: bool, globals_: dict, locals_: Any) -> None:
         __tracebackhide__ = True
         execution = self.core.on_thread(self.exec_thread_id)
         if execution is None or nested(execution):
@@ -236,11 +216,12 @@ class WorkerExecutor(Executor):
             return False
         if job.async_:
             return False  # its loop still runs: the task ignores its cancel, the thread is fine
-        if _running_bytecode(worker):
+        if self._runs_python(worker):
             return False  # it runs Python code, so it got the interrupt and swallowed it: not ours to kill
         # Give up on this thread: it keeps its pending interrupt, which fires
         # when the blocking call returns, in a thread that reports nothing.
         worker.abandoned = True
+        worker.abandoned_at = time.time()
         self._abandoned.append(worker)
         where = blocked_at(worker.ident)
         execution.abandoned_thread = worker.name
@@ -255,21 +236,20 @@ class WorkerExecutor(Executor):
 
     def abandoned_threads(self) -> list[dict]:
         self._abandoned = [w for w in self._abandoned if w.is_alive()]
-        return [{"name": w.name, "blocked_at": blocked_at(w.ident)} for w in self._abandoned]
+        return [{"name": w.name, "blocked_at": blocked_at(w.ident), "since": w.abandoned_at} for w in self._abandoned]
 
     def shutdown(self) -> None:
         self._worker.stop()
-        if time.sleep is cooperative_sleep:
-            time.sleep = _real_sleep
 
-
-def _running_bytecode(thread: threading.Thread, samples: int = 5, interval: float = 0.005) -> bool:
-    """True if the thread's innermost frame moves: it executes Python code, not one blocking C call."""
-    seen = set()
-    for _ in range(samples):
-        frame = sys._current_frames().get(thread.ident)  # type: ignore[arg-type]
-        if frame is None:
-            return False
-        seen.add((id(frame), frame.f_lasti))
-        _real_sleep(interval)
-    return len(seen) > 1
+    def _runs_python(self, thread: threading.Thread, samples: int = 5, interval: float = 0.005) -> bool:
+        """True if the thread executes Python code (its innermost frame moves, or it waits in our sleep), not one C call."""
+        seen = set()
+        for _ in range(samples):
+            frame = sys._current_frames().get(thread.ident)  # type: ignore[arg-type]
+            if frame is None:
+                return False
+            if self._sleep is not None and in_cooperative_wait(frame, self._sleep):
+                return True
+            seen.add((id(frame), frame.f_lasti))
+            _real_sleep(interval)
+        return len(seen) > 1

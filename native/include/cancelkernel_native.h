@@ -13,8 +13,9 @@
  *   }
  *   if (cancelkernel_raise_if_cancelled() < 0) return NULL;  // KeyboardInterrupt
  *
- * The flag is non-zero while the running cell is cancelled (interrupt request,
- * SIGINT, budget); the kernel clears it when the next cell begins.
+ * The checks answer for the calling thread's cell: true while it is cancelled
+ * (interrupt request, SIGINT, budget); the kernel clears it when the next cell
+ * begins.  While no cell is cancelled a check is one relaxed load of a shared int.
  */
 #ifndef CANCELKERNEL_NATIVE_H
 #define CANCELKERNEL_NATIVE_H
@@ -25,16 +26,18 @@
 extern "C" {
 #endif
 
-#define CANCELKERNEL_C_API_VERSION 1
+#define CANCELKERNEL_C_API_VERSION 2
 #define CANCELKERNEL_CAPSULE_NAME "cancelkernel.native._flag._C_API"
 
 /* What the capsule points to.  Fields are only ever appended; check `size`. */
 typedef struct cancelkernel_c_api {
     unsigned int version;                      /* CANCELKERNEL_C_API_VERSION of the installed flag */
     unsigned int size;                         /* sizeof(cancelkernel_c_api) of the installed flag */
-    const int *cancelled;                      /* non-zero while the running execution is cancelled */
-    int (*raise_if_cancelled)(void);           /* -1 with KeyboardInterrupt set; GIL held or not */
+    const int *cancelled;                      /* non-zero while some cell is cancelled: then ask cancel_requested_slow */
+    int (*raise_if_cancelled)(void);           /* -1 with KeyboardInterrupt set if this thread's cell is cancelled */
     int (*cancellable_sleep)(double seconds);  /* sleeps without the GIL; -1 with an exception set */
+    /* Version 2: whether this thread's cell is cancelled; may release a held GIL for ~1 ms when a yield is asked. */
+    int (*cancel_requested_slow)(void);
 } cancelkernel_c_api;
 
 #ifndef CANCELKERNEL_NO_IMPORT_HELPERS
@@ -80,18 +83,24 @@ static inline int cancelkernel_import(void) {
     return 0;
 }
 
-/* Non-zero while the running cell is cancelled: one relaxed atomic load, no GIL needed. */
-static inline int cancelkernel_cancel_requested(void) {
+/* The shared summary int: zero while no cell is cancelled (and before cancelkernel_import()). */
+static inline int cancelkernel__load_flag(void) {
 #if defined(_MSC_VER)
-    return *(volatile const int *)cancelkernel__flag != 0;
+    return *(volatile const int *)cancelkernel__flag;
 #else
-    return __atomic_load_n(cancelkernel__flag, __ATOMIC_RELAXED) != 0;
+    return __builtin_expect(__atomic_load_n(cancelkernel__flag, __ATOMIC_RELAXED), 0);  /* keeps the slow path out of loops */
 #endif
 }
 
-/* 0, or -1 with KeyboardInterrupt set if the running cell is cancelled (GIL held or not). */
+/* Non-zero while this thread's cell is cancelled: one relaxed atomic load while no cell is, no GIL needed. */
+static inline int cancelkernel_cancel_requested(void) {
+    if (cancelkernel__load_flag() == 0) return 0;
+    return cancelkernel__api->cancel_requested_slow();
+}
+
+/* 0, or -1 with KeyboardInterrupt set if this thread's cell is cancelled (GIL held or not). */
 static inline int cancelkernel_raise_if_cancelled(void) {
-    if (!cancelkernel_cancel_requested()) return 0;
+    if (cancelkernel__load_flag() == 0) return 0;
     return cancelkernel__api->raise_if_cancelled();
 }
 

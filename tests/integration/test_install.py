@@ -51,7 +51,7 @@ def test_install_writes_the_kernelspec(prefix: Path) -> None:
     where = spec_dir(prefix, "cancelkernel")
     assert str(where) in result.stdout
     spec = json.loads((where / "kernel.json").read_text())
-    assert spec["interrupt_mode"] == "message"
+    assert spec["interrupt_mode"] == "signal"
     assert spec["display_name"] == "Python 3 (cancelkernel)"
     assert spec["language"] == "python"
     # The interpreter that ran the install (the console script's shebang may name python3).
@@ -70,7 +70,7 @@ def test_install_bakes_kernel_options_into_argv(prefix: Path) -> None:
     spec = json.loads((spec_dir(prefix, "cancelkernel-worker") / "kernel.json").read_text())
     assert "--CancelKernel.exec_thread=worker" in spec["argv"]
     assert "--CancelKernel.interrupt_grace=0.5" in spec["argv"]
-    assert spec["interrupt_mode"] == "message"
+    assert spec["interrupt_mode"] == "signal"
     assert spec["metadata"]["cancelkernel"]["exec_thread"] == "worker"
     assert spec["metadata"]["debugger"] is False
 

@@ -43,7 +43,7 @@ import time
 
 import pytest
 
-from cancelkernel.testing import MODES, execute, running_kernel
+from cancelkernel.testing import MODES, control_request, execute, running_kernel
 
 N_CELLS = 520
 # Small grace so that the few long sleeps that get interrupted in worker mode
@@ -76,9 +76,10 @@ def _cell_code(i: int, rng: random.Random) -> tuple[str, bool]:
 class _Storm:
     """Sends cells and interrupts, collects every reply on shell, control and iopub."""
 
-    def __init__(self, kc, rng: random.Random):
+    def __init__(self, kc, rng: random.Random, subshell: str | None = None):
         self.kc = kc
         self.rng = rng
+        self.subshell = subshell  # a third of the cells go there, when given
         self.cells: list[str] = []  # msg_id per cell number
         self.cell_ids: set[str] = set()
         self.printing: dict[str, int] = {}
@@ -90,7 +91,12 @@ class _Storm:
 
     def send_cell(self, i: int) -> str:
         code, printing = _cell_code(i, self.rng)
-        msg_id = self.kc.execute(code, store_history=False, stop_on_error=False)
+        content = {"code": code, "silent": False, "store_history": False, "user_expressions": {}, "allow_stdin": False, "stop_on_error": False}
+        msg = self.kc.session.msg("execute_request", content)
+        if self.subshell is not None and self.rng.random() < 1 / 3:
+            msg["header"]["subshell_id"] = self.subshell
+        self.kc.shell_channel.send(msg)
+        msg_id = msg["header"]["msg_id"]
         self.cells.append(msg_id)
         self.cell_ids.add(msg_id)
         if printing:
@@ -151,10 +157,10 @@ class _Storm:
                 self.errors.append(msg)
 
 
-def _run_storm(kc, rng: random.Random) -> _Storm:
-    storm = _Storm(kc, rng)
+def _run_storm(kc, rng: random.Random, subshell: str | None = None, cells: int = N_CELLS) -> _Storm:
+    storm = _Storm(kc, rng, subshell)
     deadline = time.monotonic() + DEADLINE
-    for i in range(N_CELLS):
+    for i in range(cells):
         assert time.monotonic() < deadline, f"storm did not finish in {DEADLINE} s (seed {SEED})"
         msg_id = storm.send_cell(i)
         if rng.random() < 2 / 3:
@@ -185,13 +191,15 @@ def _run_storm(kc, rng: random.Random) -> _Storm:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
-def test_interrupt_storm(mode: str) -> None:
-    """500+ cells, interrupts at random moments: every cell answered once, only hit cells interrupted."""
-    print(f"\ninterrupt storm: mode={mode} seed={SEED} (set CANCELKERNEL_STORM_SEED={SEED} to replay)")
+@pytest.mark.parametrize("with_subshell", [False, True], ids=["parent", "subshell"])
+def test_interrupt_storm(mode: str, with_subshell: bool) -> None:
+    """500+ cells (260 with a subshell in the mix), interrupts at random moments: every cell answered once, only hit cells interrupted."""
+    print(f"\ninterrupt storm: mode={mode} subshell={with_subshell} seed={SEED} (set CANCELKERNEL_STORM_SEED={SEED} to replay)")
     rng = random.Random(SEED)
     with running_kernel(mode, extra_arguments=[f"--CancelKernel.interrupt_grace={GRACE}"]) as (km, kc):
         assert execute(kc, "import threading, time\n_storm_done = []")["content"]["status"] == "ok"
-        storm = _run_storm(kc, rng)
+        subshell = control_request(kc, "create_subshell_request")["content"]["subshell_id"] if with_subshell else None
+        storm = _run_storm(kc, rng, subshell, N_CELLS // 2 if with_subshell else N_CELLS)
 
         # -- every cell got exactly one reply, and nothing else was answered
         missing = [m for m in storm.cells if not storm.replies.get(m)]
@@ -209,11 +217,14 @@ def test_interrupt_storm(mode: str) -> None:
             assert content["status"] == "ok", content
             if info["kind"] == "ended":
                 assert content["interrupted"] is False, f"an interrupt for an ended execution hit something: {content}"
+                assert content["pending"] is False, f"an interrupt for an ended execution was kept for later: {content}"
             if content["interrupted"]:
-                assert content["execution"] in storm.cells, content
+                assert content["execution"] in storm.cells and set(content["executions"]) <= set(storm.cells), content
                 if info["target"] is not None:
-                    assert content["execution"] == info["target"], content
-                hit.add(content["execution"])
+                    assert content["executions"] == [info["target"]], content
+                hit.update(content["executions"])
+            elif content.get("pending"):
+                hit.add(info["target"])  # named before it started: it is cancelled when it does
 
         # -- only hit cells report KeyboardInterrupt; every other cell is ok
         index = {m: i for i, m in enumerate(storm.cells)}

@@ -13,14 +13,7 @@ from cancelkernel.agent.detect import Tripwire, check_budget
 from cancelkernel.agent.history import RuntimeHistory, cell_key
 from cancelkernel.agent.log import InterventionLog
 from cancelkernel.agent.outputs import DisplayRegistry, OutputCollector
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from cancelkernel.testing.clock import Clock
 
 
 def test_tripwire_wall_budget_trips_once() -> None:

@@ -24,22 +24,15 @@ from cancelkernel.native import _fallback
 HANG = 10.0
 
 API = [
-    "available", "begin", "end", "cancel", "running_gen", "cancel_requested", "raise_if_cancelled",
+    "available", "begin", "end", "cancel", "uncancel", "running_gen", "cancel_requested", "raise_if_cancelled",
     "cancellable_sleep", "flag_address", "expect_sigint", "take_sigint_arrival", "install_sigint_handler",
     "sigint_handler_installed", "open_window", "close_window", "raise_in_window", "start_gil_yield", "gil_heartbeat",
+    "yield_requested",
 ]
 
 
 def _native():
     return importlib.import_module("cancelkernel.native._flag")
-
-
-@pytest.fixture(params=["native", "fallback"])
-def flag(request: pytest.FixtureRequest):
-    module = _native() if request.param == "native" else _fallback
-    module.end(module.running_gen())
-    yield module
-    module.end(module.running_gen())
 
 
 def run_python(code: str, *, env: dict | None = None, expect_rc: int = 0, prelude: str = "") -> str:

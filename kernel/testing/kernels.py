@@ -24,8 +24,8 @@ from collections.abc import Iterator
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
-from . import protocol
-from .kernelspec import install
+from .. import protocol
+from ..kernelspec import install
 
 # Generous bounds: they only stop a broken kernel from hanging the caller.
 START_TIMEOUT = 60.0

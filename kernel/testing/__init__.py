@@ -1,0 +1,31 @@
+"""Helpers that drive real kernels and servers: what the tests, the benchmarks and the demo share.
+
+Owns: starting kernels through jupyter_client and always stopping them
+(`kernels`), message helpers (`kernels`), and real Jupyter servers on
+loopback with a token (`servers`).  May import: jupyter_client, the standard
+library, the kernelspec builder and the protocol names.  Nothing of the
+package imports it but the command line's demo.
+"""
+
+from __future__ import annotations
+
+from .kernels import MODES as MODES
+from .kernels import REPLY_TIMEOUT as REPLY_TIMEOUT
+from .kernels import START_TIMEOUT as START_TIMEOUT
+from .kernels import Kernel as Kernel
+from .kernels import control_request as control_request
+from .kernels import drain as drain
+from .kernels import drain_channel as drain_channel
+from .kernels import execute as execute
+from .kernels import interrupt as interrupt
+from .kernels import kernels_cleaned_up as kernels_cleaned_up
+from .kernels import outputs as outputs
+from .kernels import private_kernelspecs as private_kernelspecs
+from .kernels import run_cell as run_cell
+from .kernels import running_kernel as running_kernel
+from .kernels import send_control as send_control
+from .kernels import send_execute as send_execute
+from .kernels import shutdown_all as shutdown_all
+from .kernels import wait_for as wait_for
+from .kernels import wait_idle as wait_idle
+from .kernels import wait_reply as wait_reply

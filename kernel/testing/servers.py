@@ -1,0 +1,145 @@
+"""A real `jupyter server` (or kernel gateway) on loopback: random port, a token, always stopped.
+
+Used by the tests and the benchmarks that go through Jupyter Server's REST API
+(JupyterLab's interrupt button is `POST /api/kernels/{id}/interrupt`).  Each
+server gets its own runtime directory, so the connection files of its
+kernels can be read by a test that wants to talk to a kernel directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import typing as t
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from jupyter_client.blocking.client import BlockingKernelClient
+
+START_TIMEOUT = 60.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Server:
+    """A running server: where it is, its token, its runtime dir (the kernels' connection files)."""
+
+    url: str
+    token: str
+    runtime_dir: str
+    log_path: str
+    process: subprocess.Popen
+
+    def request(self, method: str, path: str, body: object = None, *, timeout: float = 30.0) -> tuple[int, t.Any]:
+        """(HTTP status, the JSON body or None) of one REST call with the token."""
+        data = json.dumps(body).encode() if body is not None else (b"" if method in ("POST", "PATCH", "PUT") else None)
+        req = urllib.request.Request(self.url + path, data=data, method=method)
+        req.add_header("Authorization", f"token {self.token}")
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as response:
+                raw = response.read()
+                return response.status, json.loads(raw) if raw else None
+        except urllib.error.HTTPError as exc:
+            raw = exc.read()
+            try:
+                return exc.code, json.loads(raw) if raw else None
+            except ValueError:
+                return exc.code, raw.decode(errors="replace")
+
+    def start_kernel(self, name: str = "cancelkernel") -> str:
+        status, body = self.request("POST", "/api/kernels", {"name": name})
+        assert status == 201, (status, body, self.log_tail())
+        return str(body["id"])
+
+    def client(self, kernel_id: str, timeout: float = START_TIMEOUT) -> BlockingKernelClient:
+        """A direct ZeroMQ client of one of the server's kernels (through its connection file)."""
+        path = os.path.join(self.runtime_dir, f"kernel-{kernel_id}.json")
+        deadline = time.monotonic() + timeout
+        while not os.path.exists(path):
+            assert time.monotonic() < deadline, f"no connection file {path}"
+            time.sleep(0.05)
+        kc = BlockingKernelClient(connection_file=path)
+        kc.load_connection_file()
+        kc.start_channels()
+        kc.wait_for_ready(timeout=timeout)
+        return kc
+
+    def interrupt(self, kernel_id: str) -> int:
+        """What JupyterLab's interrupt button does; the HTTP status."""
+        return self.request("POST", f"/api/kernels/{kernel_id}/interrupt")[0]
+
+    def execution_state(self, kernel_id: str) -> str:
+        status, body = self.request("GET", f"/api/kernels/{kernel_id}")
+        assert status == 200, (status, body)
+        return str(body["execution_state"])
+
+    def log_tail(self, lines: int = 40) -> str:
+        with contextlib.suppress(OSError), open(self.log_path, errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+        return ""
+
+
+@contextlib.contextmanager
+def jupyter_server(*, argv: list[str] | None = None, env: dict[str, str] | None = None, app: str = "jupyter_server") -> Iterator[Server]:
+    """`python -m jupyter_server` (or `app`) on 127.0.0.1, a random port and token; stopped (process group) after."""
+    port, token = free_port(), secrets.token_hex(16)
+    scratch = tempfile.mkdtemp(prefix="cancelkernel-server-")
+    runtime_dir, root_dir = os.path.join(scratch, "runtime"), os.path.join(scratch, "root")
+    os.makedirs(runtime_dir)
+    os.makedirs(root_dir)
+    log_path = os.path.join(scratch, "server.log")
+    command = [
+        sys.executable, "-m", app,
+        "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
+        f"--IdentityProvider.token={token}", "--ServerApp.open_browser=False", f"--ServerApp.root_dir={root_dir}",
+        *(["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []),
+        *(argv or []),
+    ]
+    environment = {**os.environ, "JUPYTER_RUNTIME_DIR": runtime_dir, **(env or {})}
+    log = open(log_path, "wb")
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment, start_new_session=True)
+    server = Server(f"http://127.0.0.1:{port}", token, runtime_dir, log_path, process)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"{app} exited with {process.returncode} before it answered:\n{server.log_tail()}")
+            with contextlib.suppress(OSError):
+                if server.request("GET", "/api/status", timeout=2)[0] == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{app} did not answer within {START_TIMEOUT:g} s:\n{server.log_tail()}")
+            time.sleep(0.1)
+        yield server
+    finally:
+        with contextlib.suppress(Exception):  # the server's kernels first: they live in process groups of their own
+            for kernel in server.request("GET", "/api/kernels", timeout=5)[1] or []:
+                server.request("DELETE", f"/api/kernels/{kernel['id']}", timeout=15)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(10)
+        log.close()
+        shutil.rmtree(scratch, ignore_errors=True)

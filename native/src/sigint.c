@@ -1,0 +1,132 @@
+/* sigint.c: a C SIGINT handler chained in front of Python's (declared in flag.h).
+ *
+ * Python's own handler only notes the signal for the interpreter to act on
+ * between bytecodes, which a native loop holding the GIL never reaches; this
+ * one cancels the parent execution the moment an outside SIGINT arrives.
+ * Async-signal-safe: the handler only touches atomics and the fixed slot table.
+ */
+
+/* First, as in any extension: it sets the feature macros (POSIX, XSI) the headers below depend on. */
+#include <Python.h>
+
+#include "flag.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <string.h>
+
+static uint32_t ck_expected_gen;     /* the kernel is about to SIGINT itself for this gen */
+static uint32_t ck_arrival_gen;      /* the parent gen the last outside SIGINT cancelled */
+static int ck_forwarded;             /* a SIGINT re-sent to the main thread is on its way */
+static pthread_t ck_main_thread;
+static int ck_have_main_thread;
+/* Two slots so a handler still running on another thread never reads a half-written action. */
+static struct sigaction ck_prev[2];
+static int ck_prev_index;
+
+static void ck_sigint_handler(int sig, siginfo_t *info, void *ctx);
+
+static void ck_chain(int sig, siginfo_t *info, void *ctx) {
+    const struct sigaction *prev = &ck_prev[__atomic_load_n(&ck_prev_index, __ATOMIC_ACQUIRE)];
+    if (prev->sa_flags & SA_SIGINFO) {
+        if (prev->sa_sigaction != NULL && prev->sa_sigaction != ck_sigint_handler)
+            prev->sa_sigaction(sig, info, ctx);
+    } else if (prev->sa_handler == SIG_DFL) {
+        /* The default action of SIGINT ends the process: restore it and let it happen on return. */
+        sigaction(sig, prev, NULL);
+        raise(sig);
+    } else if (prev->sa_handler != SIG_IGN && prev->sa_handler != NULL) {
+        prev->sa_handler(sig);
+    }
+}
+
+/* An outside SIGINT (kill -INT, Ctrl-C, signal interrupt mode) cancels the parent shell's execution. */
+static void ck_outside_sigint(void) {
+    uint32_t gen = ck_parent_gen();
+    if (gen != 0 && ck_cancel(gen))
+        __atomic_store_n(&ck_arrival_gen, gen, __ATOMIC_RELEASE);
+}
+
+static void ck_sigint_handler(int sig, siginfo_t *info, void *ctx) {
+    int saved_errno = errno;
+    if (ck_have_main_thread && !pthread_equal(pthread_self(), ck_main_thread)) {
+        /* Never the kernel's own SIGINT (that one is sent to the main thread), so
+           record it, then re-send it to the main thread, whose blocking calls only
+           a SIGINT delivered there can break. */
+        ck_outside_sigint();
+        __atomic_store_n(&ck_forwarded, 1, __ATOMIC_RELEASE);
+        if (pthread_kill(ck_main_thread, sig) != 0) {
+            __atomic_store_n(&ck_forwarded, 0, __ATOMIC_RELEASE);
+            ck_chain(sig, info, ctx);
+        }
+        errno = saved_errno;
+        return;
+    }
+    int forwarded = __atomic_exchange_n(&ck_forwarded, 0, __ATOMIC_ACQ_REL);
+    uint32_t expected = __atomic_exchange_n(&ck_expected_gen, 0, __ATOMIC_ACQ_REL);
+    if (!forwarded && expected == 0)
+        ck_outside_sigint();
+    ck_chain(sig, info, ctx);
+    errno = saved_errno;
+}
+
+static unsigned long ck_main_ident;  /* the same thread as CPython's thread ident */
+
+/* CPython makes the forking thread the child's main thread; follow it, or a
+   fork from a worker thread would forward SIGINT to a thread that does not exist. */
+static void ck_after_fork_child(void) {
+    ck_main_thread = pthread_self();
+    ck_main_ident = PyThread_get_thread_ident();
+    __atomic_store_n(&ck_forwarded, 0, __ATOMIC_RELAXED);
+}
+
+void ck_set_main_thread(unsigned long main_thread_ident) {
+    static int atfork_registered;
+    /* CPython's thread ident is the pthread_t (what signal.pthread_kill relies on too). */
+    ck_main_thread = (pthread_t)main_thread_ident;
+    ck_main_ident = main_thread_ident;
+    ck_have_main_thread = 1;
+    if (!atfork_registered && pthread_atfork(NULL, NULL, ck_after_fork_child) == 0)
+        atfork_registered = 1;
+}
+
+int ck_on_main_thread(void) { return PyThread_get_thread_ident() == ck_main_ident; }
+
+int ck_kill_main_thread(int sig) { return ck_have_main_thread ? pthread_kill(ck_main_thread, sig) : -1; }
+
+static int ck_action_is_ours(const struct sigaction *a) {
+    return (a->sa_flags & SA_SIGINFO) && a->sa_sigaction == ck_sigint_handler;
+}
+
+int ck_handler_installed(void) {
+    struct sigaction cur;
+    if (sigaction(SIGINT, NULL, &cur) != 0) return -1;
+    return ck_action_is_ours(&cur);
+}
+
+/* 0: already ours, 1: installed in front of the current action, -1: errno set. */
+int ck_install_handler(void) {
+    struct sigaction cur, act;
+    if (sigaction(SIGINT, NULL, &cur) != 0) return -1;
+    if (ck_action_is_ours(&cur)) return 0;
+    int next = 1 - __atomic_load_n(&ck_prev_index, __ATOMIC_ACQUIRE);
+    ck_prev[next] = cur;
+    __atomic_store_n(&ck_prev_index, next, __ATOMIC_RELEASE);
+    memset(&act, 0, sizeof act);
+    act.sa_sigaction = ck_sigint_handler;
+    act.sa_mask = cur.sa_mask;
+    /* Keep SA_RESTART as Python set it, so blocking calls see EINTR exactly as before. */
+    act.sa_flags = SA_SIGINFO | SA_ONSTACK | (cur.sa_flags & SA_RESTART);
+    if (sigaction(SIGINT, &act, NULL) != 0) return -1;
+    return 1;
+}
+
+void ck_expect(uint32_t gen) { __atomic_store_n(&ck_expected_gen, gen, __ATOMIC_RELEASE); }
+
+void ck_unexpect(uint32_t gen) {
+    uint32_t want = gen;
+    __atomic_compare_exchange_n(&ck_expected_gen, &want, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
+uint32_t ck_take_arrival(void) { return __atomic_exchange_n(&ck_arrival_gen, 0, __ATOMIC_ACQ_REL); }

@@ -1,0 +1,123 @@
+"""Through a real `jupyter server`: JupyterLab's interrupt button (REST) and the server's view of busy/idle.
+
+The server runs on loopback with a random port and a token, started and
+stopped by the test; its kernels' connection files let the test run cells
+directly, while interrupts go through `POST /api/kernels/{id}/interrupt`,
+exactly what JupyterLab's toolbar sends (no target).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from cancelkernel.testing import MODES, control_request, execute, send_execute, wait_reply
+from cancelkernel.testing.servers import Server, jupyter_server
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples", "native"))
+from native_build import build_montecarlo  # noqa: E402
+
+pytest.importorskip("jupyter_server", reason="install the test extra: pip install '.[test]'")
+
+# (what, the cell, whether the kernel stops it in main mode, in worker mode)
+RUNAWAYS = [
+    ("Python loop", "while True:\n    pass", True, True),
+    ("time.sleep", "import time\ntime.sleep(10**6)", True, True),
+    ("Event.wait", "import threading\nthreading.Event().wait()", True, True),  # worker: abandoned and replaced
+    ("await", "import asyncio\nawait asyncio.sleep(10**6)", True, True),
+    ("GIL-held cooperative Cython loop", "montecarlo.pi_gil(10**15)", True, True),
+    # One C call that holds the GIL and checks only main-thread signals: out of reach in worker mode (documented).
+    ("regex", "import re\nre.match(r'(a+)+$', 'a' * 40 + 'b')", True, False),
+]
+
+
+GIL_HOLDERS = ("GIL-held cooperative Cython loop", "regex")
+
+
+@pytest.fixture(scope="module")
+def example_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return build_montecarlo(str(tmp_path_factory.mktemp("montecarlo")))
+
+
+@pytest.fixture(scope="module")
+def server(kernelspecs: str) -> Iterator[Server]:
+    with jupyter_server() as running:
+        yield running
+
+
+def kernel_in(server: Server, mode: str, example_dir: str):
+    name = "cancelkernel" if mode == "main" else "cancelkernel-worker"
+    kernel_id = server.start_kernel(name)
+    kc = server.client(kernel_id)
+    setup = f"import sys; sys.path.insert(0, {example_dir!r})\nimport montecarlo\nkept = 'state'"
+    assert execute(kc, setup)["content"]["status"] == "ok"
+    return kernel_id, kc
+
+
+def started(kc, code: str) -> str:
+    msg_id = send_execute(kc, code)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # until the cell is running (the status request may wait for the GIL)
+        status = control_request(kc, "cancel_status_request", timeout=10)["content"]
+        if (status.get("execution") or {}).get("msg_id") == msg_id:
+            time.sleep(0.2)
+            return msg_id
+        time.sleep(0.05)
+    raise AssertionError(f"cell never started: {code}")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_rest_interrupt_stops_the_runaway_set(server: Server, mode: str, example_dir: str) -> None:
+    kernel_id, kc = kernel_in(server, mode, example_dir)
+    try:
+        for what, code, in_main, in_worker in RUNAWAYS:
+            stoppable = in_main if mode == "main" else in_worker
+            if what in GIL_HOLDERS:
+                msg_id = send_execute(kc, code)
+                time.sleep(0.5)  # it holds the GIL: a status request would only wait for it
+            else:
+                msg_id = started(kc, code)
+            assert server.interrupt(kernel_id) == 204
+            if not stoppable:
+                with pytest.raises(TimeoutError):
+                    wait_reply(kc, msg_id, timeout=5)
+                server.request("POST", f"/api/kernels/{kernel_id}/restart")
+                kc.stop_channels()
+                kc = server.client(kernel_id)
+                assert execute(kc, f"import sys; sys.path.insert(0, {example_dir!r})\nimport montecarlo\nkept = 'state'")["content"]["status"] == "ok"
+                continue
+            reply = wait_reply(kc, msg_id, timeout=10)
+            assert reply["content"]["status"] == "error", (what, reply["content"])
+            assert reply["content"]["ename"] in ("KeyboardInterrupt", "CancelledError"), (what, reply["content"])
+            assert reply["metadata"]["cancelkernel"]["interrupted"] is True, what
+            kept = execute(kc, "", user_expressions={"k": "kept"})["content"]["user_expressions"]["k"]["data"]["text/plain"]
+            assert kept == "'state'", what
+    finally:
+        kc.stop_channels()
+        server.request("DELETE", f"/api/kernels/{kernel_id}")
+
+
+def test_polling_our_status_leaves_the_server_busy(server: Server, example_dir: str) -> None:
+    kernel_id, kc = kernel_in(server, "main", example_dir)
+    try:
+        msg_id = send_execute(kc, "import time\ntime.sleep(5)")
+        time.sleep(0.3)
+        seen = []
+        end = time.monotonic() + 4.0
+        while time.monotonic() < end:
+            control_request(kc, "cancel_status_request")
+            seen.append(server.execution_state(kernel_id))
+            time.sleep(0.1)
+        assert set(seen) == {"busy"}, f"the server saw {sorted(set(seen))} while the cell ran"
+        assert wait_reply(kc, msg_id, timeout=10)["content"]["status"] == "ok"
+        deadline = time.monotonic() + 5
+        while server.execution_state(kernel_id) != "idle":
+            assert time.monotonic() < deadline, "the server never saw the kernel idle again"
+            time.sleep(0.05)
+    finally:
+        kc.stop_channels()
+        server.request("DELETE", f"/api/kernels/{kernel_id}")
