@@ -30,6 +30,18 @@ from cancelkernel.testing import (  # noqa: E402,F401 - re-exported for the benc
     wait_reply,
 )
 
+# -- the runaway cells the server benchmarks interrupt (label, code) --------------------
+
+RUNAWAYS = [
+    ("while True: pass", "while True:\n    pass"),
+    ("time.sleep", "import time\ntime.sleep(10**6)"),
+    ("Event().wait()", "import threading\nthreading.Event().wait()"),
+    ("recv", "import socket\na, b = socket.socketpair()\na.recv(1)"),
+    ("await asyncio.sleep", "import asyncio\nawait asyncio.sleep(10**6)"),
+    ("regex", "import re\nre.match(r'(a+)+$', 'a' * 40 + 'b')"),
+]
+
+
 # -- numbers -------------------------------------------------------------------------
 
 

@@ -24,19 +24,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples", "native"))
 
-from _common import environment, fmt_seconds, markdown_table, percentile, write_json  # noqa: E402
+from _common import RUNAWAYS, environment, fmt_seconds, markdown_table, percentile, write_json  # noqa: E402
 from native_build import build_montecarlo  # noqa: E402
 
 from cancelkernel.testing import execute, private_kernelspecs, send_execute, wait_reply  # noqa: E402
 from cancelkernel.testing.servers import jupyter_server  # noqa: E402
 
 CASES = [
-    ("while True: pass", "while True:\n    pass"),
-    ("time.sleep", "import time\ntime.sleep(10**6)"),
-    ("Event().wait()", "import threading\nthreading.Event().wait()"),
-    ("recv", "import socket\na, b = socket.socketpair()\na.recv(1)"),
-    ("await asyncio.sleep", "import asyncio\nawait asyncio.sleep(10**6)"),
-    ("regex", "import re\nre.match(r'(a+)+$', 'a' * 40 + 'b')"),
+    *RUNAWAYS,
     ("GIL-held Cython loop (cooperative)", "montecarlo.pi_gil(10**15)"),
     ("nogil Cython loop (cooperative)", "montecarlo.pi_nogil(10**15)"),
 ]

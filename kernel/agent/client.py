@@ -24,6 +24,7 @@ from .checkpoints import Checkpoints
 from .detect import check_budget
 from .errors import BadInputError, RunawayCellError
 from .history import RuntimeHistory, cell_key
+from .lifecycle import Lifecycle
 from .lifecycle.local import LocalLifecycle
 from .link import KernelInfo, KernelLink
 from .log import InterventionLog, cell_fields
@@ -37,7 +38,9 @@ class AgentKernel:
     """One kernel, run by a program: budgets, one interrupt per cell, restart with state, a log.
 
     kernel_name: a kernelspec name ("cancelkernel", "cancelkernel-worker", "python3", ...).
-    connection_file: connect to a running kernel instead of starting one.
+    connection_file: connect to a running kernel on this host instead of starting one.
+    server_url / token / kernel_id: a kernel behind a Jupyter Server or kernel gateway
+      (token defaults to $JUPYTER_TOKEN; kernel_id adopts a running kernel instead of starting one).
     wall_budget / quiet_budget: defaults for every cell (seconds, None = none;
       wall_budget="auto" derives it from the cell's measured runtimes).
     checkpoint: "off" | "before-risky" | "after-ok" (needs a kernel with checkpoints).
@@ -50,6 +53,9 @@ class AgentKernel:
         kernel_name: str = "cancelkernel",
         *,
         connection_file: str | os.PathLike | None = None,
+        server_url: str | None = None,
+        token: str | None = None,
+        kernel_id: str | None = None,
         wall_budget: float | str | None = None,
         quiet_budget: float | None = None,
         interrupt_grace: float | None = None,
@@ -88,14 +94,10 @@ class AgentKernel:
         self.kernel_budgets = kernel_budgets
         self.log = InterventionLog(log, log_all=log_all) if log is not None else None
         self.history = RuntimeHistory(history, floor=auto_floor, factor=auto_factor, default=auto_default)
-        lifecycle = LocalLifecycle(
-            None if connection_file is not None and kernel_name == "cancelkernel" else kernel_name,
-            connection_file=connection_file,
-            extra_arguments=extra_arguments,
-            env=env,
-            owner_restart_wait=owner_restart_wait,
+        self.link = KernelLink(
+            _lifecycle(kernel_name, connection_file, server_url, token, kernel_id, extra_arguments, env, owner_restart_wait),
+            start_timeout=start_timeout,
         )
-        self.link = KernelLink(lifecycle, start_timeout=start_timeout)
         self.checkpoints = Checkpoints(self.link)
         self.policy = Policy(
             self.link,
@@ -335,6 +337,42 @@ def _budget(name: str, value: t.Any, default: t.Any, *, allow_auto: bool = False
     if isinstance(value, float) and math.isinf(value) and value > 0:
         return None
     return check_budget(name, value, allow_auto=allow_auto)
+
+
+def _lifecycle(
+    kernel_name: str,
+    connection_file: str | os.PathLike | None,
+    server_url: str | None,
+    token: str | None,
+    kernel_id: str | None,
+    extra_arguments: list[str] | None,
+    env: dict[str, str] | None,
+    owner_restart_wait: float,
+) -> Lifecycle:
+    """A kernel behind a server (server_url), or on this host (started here, or by connection file)."""
+    if server_url is not None:
+        if connection_file is not None:
+            raise BadInputError("give either server_url (a remote kernel) or connection_file (a local one), not both")
+        if extra_arguments or env:
+            raise BadInputError("extra_arguments and env apply to kernels started here; a server starts its kernels from its own kernelspecs")
+        from .lifecycle.server import ServerLifecycle
+
+        return ServerLifecycle(
+            server_url,
+            token if token is not None else os.environ.get("JUPYTER_TOKEN"),
+            kernel_name=None if kernel_id is not None and kernel_name == "cancelkernel" else kernel_name,
+            kernel_id=kernel_id,
+            owner_restart_wait=owner_restart_wait,
+        )
+    if token is not None or kernel_id is not None:
+        raise BadInputError("token and kernel_id need server_url (the Jupyter server the kernel runs behind)")
+    return LocalLifecycle(
+        None if connection_file is not None and kernel_name == "cancelkernel" else kernel_name,
+        connection_file=connection_file,
+        extra_arguments=extra_arguments,
+        env=env,
+        owner_restart_wait=owner_restart_wait,
+    )
 
 
 def _exit_text(link: KernelLink) -> str:

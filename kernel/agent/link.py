@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 
 from .. import protocol
 from .errors import KernelStartError
-from .lifecycle.local import LocalLifecycle, new_kernel_pid
+from .lifecycle import Lifecycle
+from .lifecycle.local import new_kernel_pid
 from .transport import Transport
 
 # How long an interrupt_request may go unanswered before the kernel counts as
@@ -75,14 +76,19 @@ class InterruptSent:
     """One interrupt decision and how it was delivered."""
 
     sent_at: float
-    via: str  # "message", "signal", "message+signal", "kernel", "none"
+    via: str  # "message", "signal", "message+signal" (local), "message+rest" (remote), "kernel", "none"
     reply: dict | None = None  # interrupt_reply content, when the control channel answered
+
+    @property
+    def wedged(self) -> bool:
+        """The control channel did not answer (one C call holds the GIL): it went out another way."""
+        return self.via.startswith("message+")
 
 
 class KernelLink:
     """One kernel: its lifecycle, its transport, and the requests the policy makes."""
 
-    def __init__(self, lifecycle: LocalLifecycle, *, start_timeout: float = 60.0):
+    def __init__(self, lifecycle: Lifecycle, *, start_timeout: float = 60.0):
         self.lifecycle = lifecycle
         self.start_timeout = start_timeout
         self.transport: Transport | None = None
@@ -255,15 +261,14 @@ class KernelLink:
         reply = self.control(protocol.INTERRUPT_REQUEST, content, timeout=0.0 if wedged else CONTROL_ANSWER)
         if reply is not None:
             return InterruptSent(sent, "message", reply.get("content") or {})
-        if self.local and self.signal(signal.SIGINT):
-            return InterruptSent(sent, "message+signal")
-        return InterruptSent(sent, "message")
+        outside = self.lifecycle.outside_interrupt(self.info.pid)
+        return InterruptSent(sent, f"message+{outside}" if outside else "message")
 
     def read_dump(self, since: float) -> str:
         """The kernel's faulthandler dump file, if written after `since` (time.time()); it is rewritten per dump."""
         path = self.info.dump_file
-        if not path:
-            return ""
+        if not path or not self.lifecycle.local:
+            return ""  # a remote kernel's file is on the server's machine
         try:
             if os.path.getmtime(path) < since:
                 return ""
@@ -281,6 +286,7 @@ class KernelLink:
         """
         self.restarts += 1
         self.lifecycle.restart(dead=dead, old_pid=self.info.pid, wait_for_owner=self._new_kernel_answers)
+        self.transport = self.lifecycle.transport or self.transport  # a kernel started anew has a new connection
         self.flush()
         self.wait_ready(self.start_timeout)
 

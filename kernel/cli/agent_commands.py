@@ -8,7 +8,6 @@ be started.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
 import typing as t
@@ -30,8 +29,10 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--quiet-budget", type=duration_arg("--quiet-budget"), default=None, metavar="S", help="seconds a cell may run without output (0 = none)")
     p.add_argument("--kernel", default="cancelkernel", metavar="NAME", help="kernelspec name (default: %(default)s; 'python3' works too)")
-    p.add_argument("--connection-file", default=None, metavar="FILE", help="use a running kernel instead of starting one")
-    p.add_argument("--log", default=None, metavar="FILE", help="append one JSON line per intervention to FILE")
+    p.add_argument("--connection-file", default=None, metavar="FILE", help="use a running kernel on this host instead of starting one")
+    p.add_argument("--server-url", default=None, metavar="URL", help="use a kernel behind this Jupyter Server or kernel gateway (cancelkernel[remote])")
+    p.add_argument("--token", default=None, metavar="T", help="the server's token (default: $JUPYTER_TOKEN)")
+    p.add_argument("--kernel-id", default=None, metavar="ID", help="with --server-url: use this running kernel instead of starting one")
     p.add_argument("--interrupt-grace", type=duration_arg("--interrupt-grace"), default=None, metavar="S", help="seconds an interrupted cell gets to stop")
 
 
@@ -48,14 +49,20 @@ def _exec_parser() -> argparse.ArgumentParser:
     src.add_argument("-c", dest="code", metavar="CODE", help="the code to run")
     src.add_argument("file", nargs="?", metavar="FILE", help="a file of code to run ('-' reads standard input)")
     _common(p)
+    p.add_argument("--log", default=None, metavar="FILE", help="append one JSON line per intervention to FILE")
     p.add_argument("--json", action="store_true", help="print the CellResult as JSON")
     return p
 
 
 def _run_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="cancelkernel run", description="Execute a notebook under the agent policy.")
-    p.add_argument("notebook", metavar="NOTEBOOK")
-    p.add_argument("-o", "--output", default=None, metavar="OUT", help="where to write the executed notebook (default: NAME.executed.ipynb)")
+    p = _Parser(prog="cancelkernel run", description="Execute notebooks under the agent policy, each on its own kernel.")
+    p.add_argument("notebooks", nargs="+", metavar="NOTEBOOK")
+    p.add_argument(
+        "-o", "--output", default=None, metavar="OUT",
+        help="the executed notebook (default: NAME.executed.ipynb); with several notebooks, a directory for them",
+    )
+    p.add_argument("--log", default=None, metavar="FILE", help="one JSON line per intervention; with several notebooks, a directory (NAME.jsonl each)")
+    p.add_argument("--jobs", type=_jobs, default=1, metavar="N", help="notebooks run at once, each on its own kernel (default: %(default)s)")
     _common(p)
     p.add_argument("--checkpoint", choices=["off", "before-risky", "after-ok"], default="off", help="automatic checkpoints (default: %(default)s)")
     p.add_argument("--allow-errors", action="store_true", help="keep going after a failing cell; plain errors then do not fail the run")
@@ -72,18 +79,28 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.
         return int(exc.code or 0)
 
 
-def _agent(args: argparse.Namespace, **extra: t.Any) -> t.Any:
-    from ..agent.client import AgentKernel
+def _jobs(text: str) -> int:
+    try:
+        jobs = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--jobs takes a whole number of notebooks at a time, not {text!r}") from None
+    if jobs < 1:
+        raise argparse.ArgumentTypeError(f"--jobs must be 1 or more (notebooks at a time), not {jobs}")
+    return jobs
 
-    return AgentKernel(
-        args.kernel,
-        connection_file=args.connection_file,
-        wall_budget=args.wall_budget,
-        quiet_budget=args.quiet_budget,
-        interrupt_grace=args.interrupt_grace,
-        log=args.log,
-        **extra,
-    )
+
+def _agent_options(args: argparse.Namespace) -> dict[str, t.Any]:
+    """AgentKernel options from the flags every command shares."""
+    return {
+        "kernel_name": args.kernel,
+        "connection_file": args.connection_file,
+        "server_url": args.server_url,
+        "token": args.token,
+        "kernel_id": args.kernel_id,
+        "wall_budget": args.wall_budget,
+        "quiet_budget": args.quiet_budget,
+        "interrupt_grace": args.interrupt_grace,
+    }
 
 
 def exec_main(argv: list[str] | None = None) -> int:
@@ -92,8 +109,10 @@ def exec_main(argv: list[str] | None = None) -> int:
     if isinstance(args, int):
         return args
     try:
+        from ..agent.client import AgentKernel
+
         code = args.code if args.code is not None else _read_code(args.file)
-        ak = _agent(args)
+        ak = AgentKernel(log=args.log, **_agent_options(args))
     except AgentError as exc:
         print(f"cancelkernel exec: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -145,46 +164,42 @@ def print_result(result: CellResult, out: t.TextIO | None = None, err: t.TextIO 
 
 
 def run_main(argv: list[str] | None = None) -> int:
-    """`cancelkernel run NOTEBOOK [-o OUT] [--wall-budget S] [--quiet-budget S] [--kernel NAME] [--log FILE] [--checkpoint MODE] [--allow-errors]`."""
+    """`cancelkernel run NOTEBOOK... [-o OUT] [--jobs N] [--server-url URL] [budgets, --log, --checkpoint, --allow-errors]`."""
     args = _parse(_run_parser(), argv)
     if isinstance(args, int):
         return args
-    from ..agent import notebook
+    from ..agent.batch import run_notebooks, summary_table
 
+    several = len(args.notebooks) > 1
     try:
-        nb = notebook.load_notebook(args.notebook)
-        out_path = args.output or _default_output(args.notebook)
-        out_dir = os.path.dirname(os.path.abspath(out_path))
-        if not os.path.isdir(out_dir):
-            raise BadInputError(f"output directory {out_dir!r} does not exist")
-        ak = _agent(args, checkpoint=args.checkpoint)
-    except AgentError as exc:
+        from ..agent.client import AgentKernel
+
+        AgentKernel(checkpoint=args.checkpoint, **_agent_options(args))  # checks every option before anything starts
+        outcomes = run_notebooks(
+            args.notebooks,
+            jobs=args.jobs,
+            output=args.output,
+            log=args.log,
+            allow_errors=args.allow_errors,
+            progress=lambda line: print(line, file=sys.stderr, flush=True),
+            checkpoint=args.checkpoint,
+            **_agent_options(args),
+        )
+    except BadInputError as exc:
         print(f"cancelkernel run: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    nbformat = notebook.require_nbformat()
-    run = notebook.NotebookRun()
-    try:
-        with ak:
-            print(f"cancelkernel run: {args.notebook} on kernel {ak.kernel_name!r}", file=sys.stderr)
-            run = notebook.run_notebook(nb, ak, allow_errors=args.allow_errors, progress=lambda line: print(line, file=sys.stderr, flush=True))
-    except KernelStartError as exc:
-        print(f"cancelkernel run: {exc}", file=sys.stderr)
+    if several:
+        print(summary_table(outcomes), file=sys.stderr)
+    else:
+        outcome = outcomes[0]
+        failed = outcome.run.failed(allow_errors=args.allow_errors)
+        summary = f"{outcome.cells} cells run, {len(failed)} failed; wrote {outcome.output}"
+        if outcome.run.stopped_at is not None:
+            summary += f" (stopped after cell {outcome.run.stopped_at}; use --allow-errors to keep going)"
+        print(f"cancelkernel run: {summary}", file=sys.stderr)
+    if all(o.status == "not-started" for o in outcomes):
         return EXIT_KERNEL
-    finally:
-        if run.results:
-            with contextlib.suppress(Exception):
-                nbformat.write(nb, out_path)
-    failed = run.failed(allow_errors=args.allow_errors)
-    summary = f"{len(run.results)} cells run, {len(failed)} failed; wrote {out_path}"
-    if run.stopped_at is not None:
-        summary += f" (stopped after cell {run.stopped_at}; use --allow-errors to keep going)"
-    print(f"cancelkernel run: {summary}", file=sys.stderr)
-    return EXIT_FAILED if failed else EXIT_OK
-
-
-def _default_output(path: str) -> str:
-    stem = path[:-6] if path.endswith(".ipynb") else path
-    return stem + ".executed.ipynb"
+    return EXIT_FAILED if any(o.status != "ok" for o in outcomes) else EXIT_OK
 
 
 __all__ = ["exec_main", "run_main", "print_result"]

@@ -9,7 +9,6 @@ kernels can be read by a test that wants to talk to a kernel directly.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import secrets
 import shutil
@@ -20,12 +19,12 @@ import sys
 import tempfile
 import time
 import typing as t
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from jupyter_client.blocking.client import BlockingKernelClient
+
+from ..agent.lifecycle.rest import RestClient
 
 START_TIMEOUT = 60.0
 
@@ -48,21 +47,10 @@ class Server:
 
     def request(self, method: str, path: str, body: object = None, *, timeout: float = 30.0) -> tuple[int, t.Any]:
         """(HTTP status, the JSON body or None) of one REST call with the token."""
-        data = json.dumps(body).encode() if body is not None else (b"" if method in ("POST", "PATCH", "PUT") else None)
-        req = urllib.request.Request(self.url + path, data=data, method=method)
-        req.add_header("Authorization", f"token {self.token}")
-        if data is not None:
-            req.add_header("Content-Type", "application/json")
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as response:
-                raw = response.read()
-                return response.status, json.loads(raw) if raw else None
-        except urllib.error.HTTPError as exc:
-            raw = exc.read()
-            try:
-                return exc.code, json.loads(raw) if raw else None
-            except ValueError:
-                return exc.code, raw.decode(errors="replace")
+        return RestClient(self.url, self.token).request(method, path, body, timeout=timeout)
+
+    def websocket_url(self, path: str) -> str:
+        return RestClient(self.url, self.token).websocket_url(path)
 
     def start_kernel(self, name: str = "cancelkernel") -> str:
         status, body = self.request("POST", "/api/kernels", {"name": name})
@@ -98,21 +86,52 @@ class Server:
 
 
 @contextlib.contextmanager
-def jupyter_server(*, argv: list[str] | None = None, env: dict[str, str] | None = None, app: str = "jupyter_server") -> Iterator[Server]:
-    """`python -m jupyter_server` (or `app`) on 127.0.0.1, a random port and token; stopped (process group) after."""
+def jupyter_server(*, argv: list[str] | None = None, env: dict[str, str] | None = None) -> Iterator[Server]:
+    """`python -m jupyter_server` on 127.0.0.1, a random port and token; stopped (process group) after."""
     port, token = free_port(), secrets.token_hex(16)
-    scratch = tempfile.mkdtemp(prefix="cancelkernel-server-")
-    runtime_dir, root_dir = os.path.join(scratch, "runtime"), os.path.join(scratch, "root")
-    os.makedirs(runtime_dir)
-    os.makedirs(root_dir)
-    log_path = os.path.join(scratch, "server.log")
+    root = tempfile.mkdtemp(prefix="cancelkernel-root-")
     command = [
-        sys.executable, "-m", app,
+        sys.executable, "-m", "jupyter_server",
         "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
-        f"--IdentityProvider.token={token}", "--ServerApp.open_browser=False", f"--ServerApp.root_dir={root_dir}",
+        f"--IdentityProvider.token={token}", "--ServerApp.open_browser=False", f"--ServerApp.root_dir={root}",
         *(["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []),
         *(argv or []),
     ]
+    try:
+        with _serving(command, port, token, env, "jupyter server") as server:
+            yield server
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def kernel_gateway(*, argv: list[str] | None = None, env: dict[str, str] | None = None) -> Iterator[Server]:
+    """`python -m kernel_gateway` (Jupyter Kernel Gateway) on 127.0.0.1, a random port and token; stopped after."""
+    port, token = free_port(), secrets.token_hex(16)
+    command = [
+        sys.executable, "-m", "kernel_gateway",
+        "--KernelGatewayApp.ip=127.0.0.1", f"--KernelGatewayApp.port={port}", "--KernelGatewayApp.port_retries=0",
+        f"--KernelGatewayApp.auth_token={token}", *(argv or []),
+    ]
+    # Listing kernels (off by default in the gateway) lets the cleanup find every kernel it started.
+    with _serving(command, port, token, {"KG_LIST_KERNELS": "True", **(env or {})}, "kernel gateway") as server:
+        yield server
+
+
+@contextlib.contextmanager
+def server_through_gateway(gateway: Server) -> Iterator[Server]:
+    """A Jupyter Server in gateway mode (`--gateway-url`): its kernels run in `gateway`."""
+    with jupyter_server(argv=[f"--gateway-url={gateway.url}", f"--GatewayClient.auth_token={gateway.token}"]) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def _serving(command: list[str], port: int, token: str, env: dict[str, str] | None, what: str) -> Iterator[Server]:
+    """Start `command`, wait until GET /api answers, and stop it (its kernels first) whatever happens."""
+    scratch = tempfile.mkdtemp(prefix="cancelkernel-server-")
+    runtime_dir = os.path.join(scratch, "runtime")
+    os.makedirs(runtime_dir)
+    log_path = os.path.join(scratch, "server.log")
     environment = {**os.environ, "JUPYTER_RUNTIME_DIR": runtime_dir, **(env or {})}
     log = open(log_path, "wb")
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment, start_new_session=True)
@@ -121,12 +140,12 @@ def jupyter_server(*, argv: list[str] | None = None, env: dict[str, str] | None 
         deadline = time.monotonic() + START_TIMEOUT
         while True:
             if process.poll() is not None:
-                raise RuntimeError(f"{app} exited with {process.returncode} before it answered:\n{server.log_tail()}")
+                raise RuntimeError(f"{what} exited with {process.returncode} before it answered:\n{server.log_tail()}")
             with contextlib.suppress(OSError):
-                if server.request("GET", "/api/status", timeout=2)[0] == 200:
+                if server.request("GET", "/api", timeout=2)[0] == 200 and server.request("GET", "/api/kernels", timeout=2)[0] == 200:
                     break
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{app} did not answer within {START_TIMEOUT:g} s:\n{server.log_tail()}")
+                raise RuntimeError(f"{what} did not answer within {START_TIMEOUT:g} s:\n{server.log_tail()}")
             time.sleep(0.1)
         yield server
     finally:

@@ -186,6 +186,10 @@ class LocalLifecycle:
             return False
         return False
 
+    def outside_interrupt(self, pid: int | None) -> str | None:
+        """Interrupt without the control channel (it does not answer): SIGINT, for a kernel on this host."""
+        return "signal" if self.local and self.signal(signal.SIGINT, pid) else None
+
     def interrupt_mode(self) -> str:
         """The kernelspec's interrupt_mode ('signal' when unknown, as jupyter_client assumes)."""
         km = self.manager

@@ -1,0 +1,195 @@
+"""Kernels behind a Jupyter Server or a kernel gateway: started, checked, restarted and stopped through REST.
+
+`POST /api/kernels` starts one (or `kernel_id` adopts a running one),
+`GET /api/kernels/{id}` says whether it still exists, `POST .../interrupt`
+is the server's own interrupt (a SIGINT when the kernelspec says signal),
+`POST .../restart` and `DELETE` restart and stop it.  Messages go over the
+kernel's websocket (transport/websocket.py).  What a remote client cannot have
+(the kernel's pid, its dump file, SIGUSR1, /proc) it never pretends to have.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+import typing as t
+import urllib.parse
+
+from ..errors import BadInputError, KernelStartError
+from ..transport.websocket import WebsocketTransport
+from .rest import RestClient
+
+# A kernel's existence is asked of the server at most this often (the policy polls every 0.1 s).
+ALIVE_EVERY = 1.0
+# Seconds a started kernel may take to be listed as running.
+START_TIMEOUT = 60.0
+
+
+class ServerLifecycle:
+    """One kernel on a server, owned (started here) or adopted (`kernel_id`)."""
+
+    local = False  # its process is not on this host as far as the client knows
+    manager = None  # no KernelManager of ours
+
+    def __init__(
+        self,
+        server_url: str,
+        token: str | None,
+        *,
+        kernel_name: str | None = None,
+        kernel_id: str | None = None,
+        owner_restart_wait: float = 5.0,
+    ):
+        self.rest = RestClient(server_url, token)
+        self.server_url = self.rest.base
+        self.token = token
+        self.kernel_name = kernel_name or ""
+        self.owned = kernel_id is None
+        self._kernel_id = kernel_id or ""
+        self.owner_restart_wait = owner_restart_wait
+        self.transport: WebsocketTransport | None = None
+        self.gone: str | None = None  # why the server no longer has the kernel, once known
+        self._checked_at = 0.0
+        self._alive = True
+        self._interrupt_mode = "signal"
+
+    @property
+    def kernel_id(self) -> str:
+        return self._kernel_id
+
+    @property
+    def pid(self) -> int | None:
+        return None
+
+    # -- start / adopt --
+
+    def start(self) -> WebsocketTransport:
+        self.rest.check_server()
+        if self.owned:
+            self._check_kernelspec()
+            answer = self.rest.call("POST", "/api/kernels", {"name": self.kernel_name}, expect=(200, 201), timeout=START_TIMEOUT)
+            self._kernel_id = str(answer["id"])
+        else:
+            if not isinstance(self._kernel_id, str) or not self._kernel_id.strip():
+                raise BadInputError(f"kernel_id must be the id of a running kernel on the server, not {self._kernel_id!r}")
+            status, answer = self.rest.request("GET", self._kernel_path())
+            if status == 404:
+                raise BadInputError(f"the server at {self.server_url} has no kernel {self._kernel_id!r} (see GET /api/kernels)")
+            if status != 200:
+                self.rest.call("GET", self._kernel_path())  # raises the clear error for that status
+            self.kernel_name = self.kernel_name or str(answer.get("name", ""))
+        self._interrupt_mode = self._spec_interrupt_mode()
+        self.transport = WebsocketTransport(self.rest.websocket_url(f"{self._kernel_path()}/channels"), self.token)
+        return self.transport
+
+    def _kernel_path(self) -> str:
+        return f"/api/kernels/{urllib.parse.quote(self._kernel_id, safe='')}"
+
+    def _check_kernelspec(self) -> None:
+        specs = self.rest.call("GET", "/api/kernelspecs")
+        names = sorted((specs or {}).get("kernelspecs", {}))
+        if self.kernel_name not in names:
+            raise KernelStartError(f"the server at {self.server_url} has no kernelspec {self.kernel_name!r}; it has: {', '.join(names) or 'none'}")
+
+    def _spec_interrupt_mode(self) -> str:
+        try:
+            status, spec = self.rest.request("GET", f"/api/kernelspecs/{urllib.parse.quote(self.kernel_name, safe='')}")
+        except OSError:
+            return "signal"
+        if status != 200 or not isinstance(spec, dict):
+            return "signal"
+        return str((spec.get("spec") or {}).get("interrupt_mode") or "signal")
+
+    # -- liveness and "signals" --
+
+    def is_alive(self, *, for_start: bool = False) -> bool:
+        """Does the server still have the kernel?  Asked at most every ALIVE_EVERY seconds."""
+        if self.gone is not None:
+            return False
+        now = time.monotonic()
+        if for_start or now - self._checked_at < ALIVE_EVERY:
+            return self._alive
+        self._checked_at = now
+        try:
+            status, answer = self.rest.request("GET", self._kernel_path(), timeout=10)
+        except OSError as exc:
+            self.gone = f"the server at {self.server_url} stopped answering ({getattr(exc, 'reason', exc)})"
+            self._alive = False
+            return False
+        if status == 404:
+            self.gone = "the server no longer has the kernel (it was deleted or culled)"
+        elif status == 200 and isinstance(answer, dict) and answer.get("execution_state") == "dead":
+            self.gone = "the server says the kernel is dead"
+        self._alive = self.gone is None
+        return self._alive
+
+    def exit_code(self) -> int | None:
+        return None  # the process is the server's
+
+    def died_text(self, when: str) -> str:
+        return f"kernel {self.kernel_name!r} on {self.server_url} died {when}" + (f": {self.gone}" if self.gone else "")
+
+    def verify_pid(self, pid: int | None) -> None:
+        """A pid the kernel advertises means nothing on this host: never used."""
+
+    def signal(self, signum: int, pid: int | None = None) -> bool:
+        """SIGINT is the server's interrupt (POST .../interrupt); no other signal crosses a server."""
+        if signum != signal.SIGINT:
+            return False
+        try:
+            status, _ = self.rest.request("POST", f"{self._kernel_path()}/interrupt", timeout=10)
+        except OSError:
+            return False
+        return status in (200, 204)
+
+    def outside_interrupt(self, pid: int | None) -> str | None:
+        """Interrupt without the control channel: the server's own REST interrupt (a SIGINT with our kernelspec)."""
+        return "rest" if self.signal(signal.SIGINT) else None
+
+    def interrupt_mode(self) -> str:
+        return self._interrupt_mode
+
+    # -- restart / shutdown --
+
+    def restart(self, *, dead: bool, old_pid: int | None, wait_for_owner: t.Callable[[float], bool]) -> None:
+        """POST .../restart (same kernel id, same ports); a kernel the server lost is started anew.
+
+        dead: the kernel died; a server restarts it by itself, so first wait for that new kernel.
+        """
+        self._checked_at = 0.0
+        if dead and self.is_alive() and wait_for_owner(self.owner_restart_wait):
+            return
+        if self.is_alive():
+            status, answer = self.rest.request("POST", f"{self._kernel_path()}/restart", timeout=START_TIMEOUT)
+            if status == 200:
+                return
+            if not self._gone_within(5.0):  # a 500 while the server is still deleting it, say
+                raise KernelStartError(f"the server could not restart kernel {self._kernel_id}: {status} {answer}")
+        if not self.kernel_name:
+            raise KernelStartError(f"kernel {self._kernel_id} is gone from {self.server_url} and its kernelspec is unknown; start a new one")
+        answer = self.rest.call("POST", "/api/kernels", {"name": self.kernel_name}, expect=(200, 201), timeout=START_TIMEOUT)
+        self._kernel_id, self.owned, self.gone, self._alive = str(answer["id"]), True, None, True
+        if self.transport is not None:
+            self.transport.close()
+        self.transport = WebsocketTransport(self.rest.websocket_url(f"{self._kernel_path()}/channels"), self.token)
+
+    def _gone_within(self, seconds: float) -> bool:
+        """Whether the server stops having the kernel within `seconds` (asked every 0.2 s)."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            self._checked_at = 0.0
+            if not self.is_alive():
+                return True
+            time.sleep(0.2)
+        return False
+
+    def shutdown(self, *, shutdown_connected: bool = False) -> None:
+        """Close the websocket; delete a kernel started here (an adopted one only if asked).  Never raises."""
+        transport, self.transport = self.transport, None
+        if transport is not None:
+            transport.close()
+        if self._kernel_id and (self.owned or shutdown_connected) and self.gone is None:
+            try:
+                self.rest.request("DELETE", self._kernel_path(), timeout=30)
+            except OSError:
+                pass

@@ -1,0 +1,211 @@
+"""How one cell's run ends: replied (ok, error, interrupted), escalated to a restart, or died.
+
+A mixin of CellRun (run.py), which holds the state these read: the reply,
+the interrupt sent, the stacks the kernel sent, the result being built.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+import typing as t
+
+from .. import frames as fr
+from ..protocol import REASON_SHUTDOWN
+from .processes import describe_exit
+from .result import CellResult
+
+if t.TYPE_CHECKING:
+    from .detect import Tripwire
+    from .link import InterruptSent, KernelLink
+    from .outputs import OutputCollector
+    from .policy import CellPlan, Policy
+
+
+class Outcomes:
+    """The endings of a CellRun."""
+
+    p: Policy
+    link: KernelLink
+    plan: CellPlan
+    res: CellResult
+    wire: Tripwire
+    collector: OutputCollector
+    msg_id: str
+    reply: dict | None
+    reply_at: float | None
+    interrupt: InterruptSent | None
+    kernel_interrupt_at: float | None
+    kernel_interrupt_elapsed: float | None
+    kernel_stack: list[dict] | None
+    dump_since: float
+    clock: t.Callable[[], float]
+
+    def _replied(self) -> CellResult:
+        res, reply = self.res, self.reply
+        assert reply is not None
+        content = reply.get("content") or {}
+        meta = (reply.get("metadata") or {}).get("cancelkernel") or {}
+        res.elapsed = round((self.reply_at or self.clock()) - self.wire.started, 4)
+        res.execution_count = content.get("execution_count")
+        status = content.get("status")
+        if status == "error":
+            res.error_name, res.error_value = content.get("ename"), content.get("evalue")
+            res.traceback = list(content.get("traceback") or [])
+        elif status == "aborted":
+            res.error_name, res.error_value = "Aborted", "the kernel aborted the request without running it"
+        self._finish_outputs()
+        if meta.get("interrupted") and meta.get("reason") == REASON_SHUTDOWN:
+            # Someone shut the kernel down under the cell (its server deleted or culled it): it is gone.
+            return self._died("the kernel was shut down while the cell ran (its server deleted or culled it, or another client stopped it)")
+        kernel_stopped = bool(meta.get("interrupted")) and meta.get("reason") != "deadline"
+        if self.interrupt is None and not kernel_stopped:
+            res.status = "ok" if status == "ok" else "error"
+            res.state = "intact"
+            return res
+        if self.interrupt is None:
+            self._kernel_reason(meta)
+        sent = self.interrupt.sent_at if self.interrupt else (self.kernel_interrupt_at or self.wire.started)
+        latency = (self.reply_at or self.clock()) - sent
+        if self.interrupt is None and self.kernel_interrupt_elapsed is not None and isinstance(meta.get("elapsed"), (int, float)):
+            latency = max(0.0, float(meta["elapsed"]) - self.kernel_interrupt_elapsed)  # both on the kernel's clock
+        if self.interrupt is not None or self.kernel_interrupt_at is not None:
+            res.interrupt_latency = round(latency, 4)
+        if meta.get("abandoned_thread") and not self.p.accept_abandoned_threads and self._abandoned_alive(meta):
+            return self._escalate(
+                f"the interrupt did not stop the cell: the kernel abandoned its exec thread "
+                f"({meta['abandoned_thread']}), which is still running the cell's code"
+            )
+        found = fr.from_dicts(meta.get("stack") or self.kernel_stack) or fr.parse_ipython_traceback(res.traceback)
+        res.stack = _cell_stack(found, self.plan.source)
+        if status == "ok" and not kernel_stopped:
+            res.status, res.state = "ok", "intact"
+            outcome = "the cell finished on its own before the interrupt took effect"
+        else:
+            res.status, res.state = "interrupted", "suspect"
+            took = f"{latency * 1000:.0f} ms" if latency < 1 else f"{latency:.2f} s"
+            outcome = f"the cell stopped {took} after the interrupt"
+            where = fr.stopped_at(fr.from_dicts(res.stack), readable=True)
+            if where:
+                outcome += f", at {where}"
+        if res.actions:
+            res.actions[-1]["outcome"] = outcome
+            res.actions[-1]["latency"] = res.interrupt_latency
+        return res
+
+    def _kernel_reason(self, meta: dict) -> None:
+        """The kernel stopped the cell on its own (its budgets) or someone else interrupted it."""
+        reason = meta.get("reason")
+        if reason in ("wall_budget", "quiet_budget"):
+            budget = (meta.get("budgets") or {}).get(reason) or self.res.budgets.get(reason)
+            what = "ran past its wall budget" if reason == "wall_budget" else "printed nothing for longer than its quiet budget"
+            self.res.reason = reason
+            self.res.reason_text = f"the cell {what} of {budget:g} s; the kernel interrupted it" if budget else f"the kernel stopped the cell ({reason})"
+            via = "kernel"
+        else:
+            self.res.reason = "manual"
+            self.res.reason_text = f"an interrupt from outside this client stopped the cell ({reason or 'unknown source'})"
+            via = "external"
+        self.res.actions.append({"action": "interrupt", "why": self.res.reason, "why_text": self.res.reason_text, "via": via,
+                                 "at": None, "outcome": None})
+
+    def _abandoned_alive(self, meta: dict) -> bool:
+        status = self.link.cancel_status(timeout=0.5)
+        if status is None:
+            return True  # cannot tell: assume the thread still runs
+        names = {thread.get("name") for thread in status.get("abandoned_threads") or []}
+        return meta.get("abandoned_thread") in names
+
+    def _finish_outputs(self) -> None:
+        self.res.outputs = self.collector.outputs
+        self.res.output_bytes_dropped = self.collector.dropped
+
+    def _stack_when_stuck(self) -> list[dict] | None:
+        """Where the cell is stuck, from whatever still answers; a stack that shows the cell wins."""
+        wedged = self.interrupt is not None and self.interrupt.wedged
+        candidates: list[list[dict] | None] = []
+        if self.reply is not None:
+            candidates.append(((self.reply.get("metadata") or {}).get("cancelkernel") or {}).get("stack"))
+        candidates.append(self.kernel_stack)
+        if not wedged:
+            status = self.link.cancel_status(timeout=0.3)
+            last = (status or {}).get("last_stack") or {}
+            if isinstance(last, dict) and last.get("execution") in (self.msg_id, None):
+                candidates.append(last.get("frames"))
+        if not any(_shows_cell(c) for c in candidates):
+            candidates.append(fr.as_dicts(fr.dumped_stack(self.link.read_dump(self.dump_since))))
+        if not any(candidates) and self.link.info.dump_file and self.link.local:
+            # Our kernel registers faulthandler on SIGUSR1: all stacks, no GIL needed.
+            if self.link.signal(signal.SIGUSR1):
+                time.sleep(0.1)
+                candidates.append(fr.as_dicts(fr.dumped_stack(self.link.read_dump(self.dump_since))))
+        chosen = next((c for c in candidates if _shows_cell(c)), None) or next((c for c in candidates if c), None)
+        if not chosen and not self.link.local:
+            self.res.notes.append(
+                "no stack of the hung cell: the kernel is remote, and its stack dump file and SIGUSR1 are on the server's machine"
+            )
+        return _cell_stack(fr.from_dicts(chosen), self.plan.source)
+
+    def _escalate(self, why_restart: str) -> CellResult:
+        """The interrupt failed (or is not allowed): take the stack, restart, restore."""
+        res = self.res
+        res.elapsed = round(self.clock() - self.wire.started, 4)
+        if res.actions and res.actions[-1]["outcome"] is None:
+            res.actions[-1]["outcome"] = "no effect: " + why_restart
+        res.stack = self._stack_when_stuck()
+        self._finish_outputs()
+        self._restart_and_restore("restarted", res.reason or "wall_budget", why_restart)
+        return res
+
+    def _died(self, why: str | None) -> CellResult:
+        res = self.res
+        res.elapsed = round(self.clock() - self.wire.started, 4)
+        if why is None:
+            why = "the kernel process died while running the cell" + describe_exit(self.link.exit_code())
+        if res.actions and res.actions[-1]["outcome"] is None:
+            res.actions[-1]["outcome"] = "the kernel died before the cell stopped"
+        res.reason, res.reason_text = "died", why
+        self._finish_outputs()
+        self._restart_and_restore("died", "died", why, dead=True)
+        return res
+
+    def _restart_and_restore(self, status: str, why: str, why_text: str, *, dead: bool = False) -> None:
+        res = self.res
+        started = self.clock()
+        self.link.restart(dead=dead)
+        restarted = self.clock()
+        restored = self.p.restore()
+        res.status = status
+        res.state = restored.state
+        res.restored, res.restore_skipped, res.checkpoint = restored.names, restored.skipped, restored.checkpoint
+        outcome = "new kernel running"
+        if restored.state == "restored":
+            outcome += f"; restored {len(restored.names)} names from checkpoint {restored.checkpoint!r}"
+            if restored.skipped:
+                outcome += f", skipped {len(restored.skipped)}"
+        else:
+            outcome += "; state lost" + (f" ({restored.note})" if restored.note else "")
+        res.actions.append(
+            {
+                "action": "restart",
+                "why": why,
+                "why_text": why_text,
+                "via": "restart",
+                "at": round(started - self.wire.started, 4),
+                "outcome": outcome,
+                "took": round(self.clock() - started, 4),
+                "restart_took": round(restarted - started, 4),
+                "restore_took": round(self.clock() - restarted, 4),
+            }
+        )
+        res.kernel["pid"] = self.link.info.pid
+
+
+def _shows_cell(frames: list[dict] | None) -> bool:
+    return any(f.is_cell for f in fr.from_dicts(frames))
+
+
+def _cell_stack(frames: list[fr.Frame], source: str) -> list[dict] | None:
+    """Frames from the outermost cell frame inwards, as result dicts (None: no stack)."""
+    kept = fr.fill_cell_source(frames, source)
+    return fr.as_dicts(kept) or None
