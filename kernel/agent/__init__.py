@@ -28,6 +28,8 @@ _PUBLIC = {
     "RunawayCellError": "cancelkernel.agent.errors",
     "read_log": "cancelkernel.agent.log",
     "CellResult": "cancelkernel.agent.result",
+    "CellWatch": "cancelkernel.agent.watch",
+    "Submission": "cancelkernel.agent.watch",
 }
 
 __all__ = sorted(_PUBLIC)
@@ -55,3 +57,5 @@ if t.TYPE_CHECKING:
     from .errors import RunawayCellError as RunawayCellError
     from .log import read_log as read_log
     from .result import CellResult as CellResult
+    from .watch import CellWatch as CellWatch
+    from .watch import Submission as Submission

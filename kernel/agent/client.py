@@ -10,11 +10,13 @@ Policy and mechanism are apart: policy.py decides, kernel.py talks.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import threading
 import typing as t
 import warnings
+from collections.abc import Iterator
 
 from .. import frames as fr
 from ..durations import DurationError, parse_duration
@@ -32,6 +34,7 @@ from .outputs import DisplayRegistry
 from .policy import CellPlan, Policy, Restored
 from .processes import describe_exit
 from .result import CellResult
+from .watch import CellWatch, Submission
 
 
 class AgentKernel:
@@ -108,6 +111,8 @@ class AgentKernel:
             registry=DisplayRegistry(),
         )
         self._manual = threading.Event()
+        self._busy = threading.Lock()  # one cell (or restart, or checkpoint call) at a time
+        self._watch: CellWatch | None = None  # the running cell's, while one runs
         self._interrupted: set[str] = set()  # cell keys that used their one interrupt
         self._attempts: dict[str, list[CellResult]] = {}
         self._started = False
@@ -163,7 +168,81 @@ class AgentKernel:
             raise BadInputError(f"code must be a str (the cell's source), not {type(code).__name__}")
         if cell_id is not None and not isinstance(cell_id, str):
             raise BadInputError(f"cell_id must be a str or None, not {cell_id!r}")
-        return self._run(code, cell_id, cell_key(code, cell_id), wall_budget, quiet_budget, risky)
+        with self._exclusive("run a cell"):
+            return self._run(code, cell_id, cell_key(code, cell_id), wall_budget, quiet_budget, risky)
+
+    def submit(
+        self,
+        code: str,
+        *,
+        wall_budget: float | str | None = None,
+        quiet_budget: float | None = None,
+        cell_id: str | None = None,
+        risky: bool | None = None,
+        want_status: bool = True,
+    ) -> Submission:
+        """Start one cell under the policy in the background and return at once.
+
+        The Submission's `watch` shows the cell as it runs (outputs so far,
+        seconds since output, and with want_status where the kernel sees it,
+        refreshed about once a second); `result()` waits for the CellResult.
+        """
+        if not isinstance(code, str):
+            raise BadInputError(f"code must be a str (the cell's source), not {type(code).__name__}")
+        if cell_id is not None and not isinstance(cell_id, str):
+            raise BadInputError(f"cell_id must be a str or None, not {cell_id!r}")
+        key = cell_key(code, cell_id)
+        self._claim("submit a cell")
+
+        def go(watch: CellWatch) -> CellResult:
+            try:
+                return self._run(code, cell_id, key, wall_budget, quiet_budget, risky, watch)
+            finally:
+                self._release()
+
+        try:
+            return Submission(go, self.interrupt, want_status=want_status)
+        except BaseException:
+            self._release()
+            raise
+
+    @property
+    def busy(self) -> bool:
+        """True while a cell (or a restart, or a checkpoint call) is in progress."""
+        return self._busy.locked()
+
+    @property
+    def running(self) -> CellWatch | None:
+        """The live view of the cell running now, if one is."""
+        return self._watch
+
+    def status(self) -> dict[str, t.Any]:
+        """What the kernel is doing now, safe to call from any thread.
+
+        While a cell runs this reads its watch (the run loop owns the kernel's
+        sockets); while idle it asks our kernel for its cancel status.
+        """
+        info = self.link.info
+        base: dict[str, t.Any] = {
+            "kernel_name": self.kernel_name,
+            "kernel_id": self.link.kernel_id,
+            "pid": self.pid,
+            "ours": info.ours,
+            "exec_thread": info.exec_thread,
+            "started": self._started,
+        }
+        watch = self._watch
+        if watch is not None:
+            return {**base, "busy": True, "alive": True, "cell": watch.summary()}
+        if not self._busy.acquire(blocking=False):
+            return {**base, "busy": True, "alive": True, "cell": None}
+        try:
+            alive = self._started and self.link.is_alive()
+            kernel = self.link.cancel_status(timeout=0.5) if alive and info.ours else None
+        finally:
+            self._busy.release()
+        extra = {"abandoned_threads": kernel.get("abandoned_threads", [])} if kernel else {}
+        return {**base, "busy": False, "alive": alive, "cell": None, **extra}
 
     def retry(
         self, result: CellResult, new_code: str, *, wall_budget: float | str | None = None, quiet_budget: float | None = None
@@ -179,7 +258,8 @@ class AgentKernel:
             raise BadInputError(f"new_code must be a str (the cell's fixed source), not {type(new_code).__name__}")
         wall = wall_budget if wall_budget is not None else result.budgets.get("wall_budget")
         quiet = quiet_budget if quiet_budget is not None else result.budgets.get("quiet_budget")
-        return self._run(new_code, result.cell_id, result.cell_key or cell_key(result.source, result.cell_id), wall, quiet, True)
+        with self._exclusive("retry a cell"):
+            return self._run(new_code, result.cell_id, result.cell_key or cell_key(result.source, result.cell_id), wall, quiet, True)
 
     def interrupt(self) -> None:
         """Ask for the running cell to be interrupted (thread-safe; counts as its one interrupt)."""
@@ -195,8 +275,28 @@ class AgentKernel:
         """Every result of a cell so far (by cell_id or cell_key)."""
         return list(self._attempts.get(cell) or self._attempts.get(f"id:{cell}") or [])
 
+    def _claim(self, doing: str) -> None:
+        if not self._busy.acquire(blocking=False):
+            running = self._watch
+            what = f"the cell {running.msg_id}" if running is not None and running.msg_id else "another call"
+            raise BadInputError(f"cannot {doing}: {what} is still in progress on this kernel; wait for it, or interrupt it first")
+
+    def _release(self) -> None:
+        self._watch = None
+        self._busy.release()
+
+    @contextlib.contextmanager
+    def _exclusive(self, doing: str) -> Iterator[None]:
+        """One thing at a time on the kernel: a second caller gets a clear error, never a tangled socket."""
+        self._claim(doing)
+        try:
+            yield
+        finally:
+            self._release()
+
     def _run(
-        self, code: str, cell_id: str | None, key: str, wall: t.Any, quiet: t.Any, risky: bool | None
+        self, code: str, cell_id: str | None, key: str, wall: t.Any, quiet: t.Any, risky: bool | None,
+        watch: CellWatch | None = None,
     ) -> CellResult:
         wall_v = _budget("wall_budget", wall, self.wall_budget, allow_auto=True)
         quiet_v = _budget("quiet_budget", quiet, self.quiet_budget)
@@ -222,7 +322,8 @@ class AgentKernel:
             plan.kernel_metadata = {"cancelkernel": budgets}
             plan.kernel_enforces = True
         self._manual.clear()
-        result = self.policy.run(plan, self._manual)
+        self._watch = watch = watch if watch is not None else CellWatch()
+        result = self.policy.run(plan, self._manual, watch)
         if between is not None:
             result.actions.insert(0, between)
             if result.status in ("ok", "error"):
@@ -261,22 +362,27 @@ class AgentKernel:
 
     def save_checkpoint(self, name: str | None = None) -> dict[str, t.Any]:
         """Save the kernel's state now (raises CheckpointError on kernels without checkpoints)."""
-        return self.checkpoints.save(name)
+        with self._exclusive("save a checkpoint"):
+            return self.checkpoints.save(name)
 
     def restore_checkpoint(self, name: str | None = None) -> Restored:
         """Bring back a checkpoint (the latest if no name)."""
-        return self.checkpoints.restore(name)
+        with self._exclusive("restore a checkpoint"):
+            return self.checkpoints.restore(name)
 
     def list_checkpoints(self) -> list[dict[str, t.Any]]:
-        return self.checkpoints.list()
+        with self._exclusive("list checkpoints"):
+            return self.checkpoints.list()
 
     def drop_checkpoint(self, name: str) -> dict[str, t.Any]:
-        return self.checkpoints.drop(name)
+        with self._exclusive("drop a checkpoint"):
+            return self.checkpoints.drop(name)
 
     def restart(self) -> Restored:
         """Restart the kernel on purpose and restore the latest checkpoint (if any)."""
-        self.link.restart()
-        return self._restore_after_restart()
+        with self._exclusive("restart the kernel"):
+            self.link.restart()
+            return self._restore_after_restart()
 
     def _restore_after_restart(self) -> Restored:
         return self.checkpoints.restore_latest()

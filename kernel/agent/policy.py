@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from .link import KernelLink
 from .outputs import DisplayRegistry
 from .result import CellResult
+from .watch import CellWatch
 
 
 @dataclass
@@ -77,7 +78,7 @@ class Policy:
             return self.link.info.interrupt_grace
         return 1.0
 
-    def run(self, plan: CellPlan, manual: threading.Event) -> CellResult:
+    def run(self, plan: CellPlan, manual: threading.Event, watch: CellWatch | None = None) -> CellResult:
         from .run import CellRun
 
-        return CellRun(self, plan, manual).go()
+        return CellRun(self, plan, manual, watch).go()

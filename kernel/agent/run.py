@@ -16,6 +16,7 @@ from .outcomes import Outcomes
 from .outputs import OutputCollector
 from .policy import CellPlan, Policy
 from .result import CellResult
+from .watch import STATUS_EVERY, CellWatch
 
 # Statuses a Jupyter Server publishes itself (no parent) when its kernel died under it.
 SERVER_SAYS = {
@@ -37,8 +38,9 @@ KERNEL_SLACK = 0.3
 class CellRun(Outcomes):
     """The state of one cell's run (one object per run keeps the loop readable)."""
 
-    def __init__(self, policy: Policy, plan: CellPlan, manual: threading.Event):
+    def __init__(self, policy: Policy, plan: CellPlan, manual: threading.Event, watch: CellWatch | None = None):
         self.p = policy
+        self.watch = watch if watch is not None else CellWatch()
         self.link = policy.link
         self.plan = plan
         self.manual = manual
@@ -76,6 +78,9 @@ class CellRun(Outcomes):
         self.dump_since = time.time()
         self.msg_id = self.link.execute(self.plan.source, cell_id=self.plan.cell_id, metadata=self.plan.kernel_metadata)
         self.wire.start()
+        watch = self.watch
+        watch.msg_id, watch.started, watch.last_output = self.msg_id, self.wire.started, self.wire.started
+        watch.outputs, watch.actions = self.collector.outputs, self.res.actions  # the lists the result will hold
         last_alive = -1.0
         while True:
             now = self.clock()
@@ -103,6 +108,8 @@ class CellRun(Outcomes):
                     return self._escalate("the cell already used its one interrupt, so it is not interrupted again")
             if self.reply is None and self.escalate_at is not None and now >= self.escalate_at:
                 return self._escalate(self._no_reply_text())
+            if self.reply is None and self.trip is None:
+                self._refresh_status(now)
             for channel, msg in self.link.poll(self._timeout(now)):
                 died = self._handle(channel, msg)
                 if died is not None:
@@ -134,6 +141,17 @@ class CellRun(Outcomes):
         if self.reply is not None:
             waits.append(0.05)
         return max(0.0, min(waits))
+
+    def _refresh_status(self, now: float) -> None:
+        """For someone watching: what our kernel says about the cell, about once a second."""
+        watch = self.watch
+        if not watch.want_status or not self.link.info.ours or now - watch.status_at < STATUS_EVERY:
+            return
+        watch.status_at = now
+        status = self.link.cancel_status(timeout=0.2)
+        running = [e for e in (status or {}).get("executions") or [] if e.get("msg_id") == self.msg_id]
+        if running:
+            watch.kernel_status = running[0]
 
     def _stopped_from_outside(self) -> bool:
         """The cell was interrupted, but not by this client or by its budgets (a server's shutdown interrupts first)."""
@@ -167,6 +185,7 @@ class CellRun(Outcomes):
         event = data.get(EVENT_MIME) if isinstance(data, dict) else None
         if self.collector.add(msg) and event is None:
             self.wire.output_seen()  # the kernel's own events are not the cell speaking
+            self.watch.last_output = self.wire.last_output
         if isinstance(event, dict):
             self._kernel_event(event)
         return None

@@ -101,8 +101,10 @@ class ControlRequests(_Kernel):
 
     def cancel_status(self) -> dict:
         dumps = self.runtime.dumps
+        running = self.runtime.core.running()
         return metadata.cancel_status(
-            self.runtime.core.running(),
+            running,
+            stacks={e.msg_id: self.runtime.stack_of(e) for e in running},
             exec_thread=self.exec_thread,
             native_flag=self.runtime.native_flag,
             interrupt_grace=self.interrupt_grace,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import typing as t
 
 from .. import protocol
-from ..frames import as_dicts, stopped_at
+from ..frames import Frame, as_dicts, innermost_user, stopped_at
 from ..runtime.execution import Execution, StackRecord
 
 INTERRUPT_ENAMES = ("KeyboardInterrupt", "CancelledError")
@@ -101,8 +101,9 @@ def stack_record(execution: Execution, record: StackRecord) -> dict:
     }
 
 
-def execution_status(execution: Execution) -> dict:
-    """One running execution in cancel_status_reply."""
+def execution_status(execution: Execution, stack: list[Frame] | None = None) -> dict:
+    """One running execution in cancel_status_reply; `where`/`line` say where its live stack is now."""
+    here = innermost_user(stack or [])
     return {
         "msg_id": execution.msg_id,
         "subshell_id": execution.subshell_id,
@@ -114,12 +115,15 @@ def execution_status(execution: Execution) -> dict:
         "interrupts_sent": execution.cancel.interrupts_sent,
         "cancel_reason": execution.cancel.reason,
         "state": execution_state(execution),
+        "where": here.where() if here is not None else None,
+        "line": (here.line or None) if here is not None else None,
     }
 
 
 def cancel_status(
     running: list[Execution],
     *,
+    stacks: dict[str, list[Frame]],
     exec_thread: str,
     native_flag: bool,
     interrupt_grace: float,
@@ -133,8 +137,8 @@ def cancel_status(
         "exec_thread": exec_thread,
         "native_flag": native_flag,
         "interrupt_grace": interrupt_grace,
-        "execution": execution_status(running[0]) if running else None,  # the parent shell's, else the first
-        "executions": [execution_status(e) for e in running],
+        "execution": execution_status(running[0], stacks.get(running[0].msg_id)) if running else None,  # the parent shell's, else the first
+        "executions": [execution_status(e, stacks.get(e.msg_id)) for e in running],
         "last_stack": last_stack,
         "dump_file": dump_file,
         "abandoned_threads": abandoned_threads,

@@ -1,5 +1,9 @@
 """SIGINT to the kernel's child processes, as stock ipykernel's killpg would, but never to ourselves.
 
+Processes that were already our children when the kernel started are spared:
+they belong to whatever launched us (Enterprise Gateway's launcher forks the
+listener that relays its signals to us before the kernel exists), not to a cell.
+
 Linux only: children are found through /proc/PID/task/TID/children; elsewhere
 nothing is found and nothing is signalled.
 """
@@ -30,10 +34,28 @@ def child_pids(pid: int) -> list[int]:
     return found
 
 
-def signal_child_processes(signum: int) -> None:
-    """Send `signum` to every descendant of this process (a child that already exited is skipped)."""
-    for pid in child_pids(os.getpid()):
-        try:
-            os.kill(pid, signum)
-        except OSError:
-            pass
+def _identity(pid: int) -> tuple[int, str] | None:
+    """(pid, start time) so a pid reused by a later process is not mistaken for the old one."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (pid, fields[19].decode()) if len(fields) > 19 else None
+
+
+class ChildSignaller:
+    """Signals the processes cells started; the ones present at kernel start are left alone."""
+
+    def __init__(self) -> None:
+        self._spared = {ident for pid in child_pids(os.getpid()) if (ident := _identity(pid)) is not None}
+
+    def signal(self, signum: int) -> None:
+        """Send `signum` to every descendant started since (a child that already exited is skipped)."""
+        for pid in child_pids(os.getpid()):
+            if self._spared and _identity(pid) in self._spared:
+                continue
+            try:
+                os.kill(pid, signum)
+            except OSError:
+                pass

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from .. import native
 from ..protocol import CANCEL_REASONS
-from .children import signal_child_processes
+from .children import ChildSignaller
 from .execution import CellInterrupt, Execution, Window
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ class CancellationCore:
         self._lock = threading.Lock()
         self._gens = itertools.count(1)
         self._by_thread: dict[int, Execution] = {}
-        self._signal_children = signal_children
+        self._children = ChildSignaller() if signal_children else None
         self._on_cancel = on_cancel
         # Set by the SIGINT owner: the execution the kernel is about to SIGINT itself for.
         self.sigint_expected: Execution | None = None
@@ -145,8 +145,8 @@ class CancellationCore:
             for execution in hit:
                 self.mark_cancelled(execution, reason)
                 self.deliver(execution, execution.exc_class)
-        if hit and self._signal_children:
-            signal_child_processes(signal.SIGINT)
+        if hit and self._children is not None:
+            self._children.signal(signal.SIGINT)
         if self._on_cancel is not None:
             for execution in hit:
                 self._on_cancel(execution)

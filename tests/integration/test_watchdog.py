@@ -94,6 +94,7 @@ def test_status_answers_while_busy_and_reports_the_cell(kc):
     assert current["msg_id"] == msg_id and current["state"] == "running"
     assert current["first_line"] == "%%budget wall=60"
     assert current["elapsed"] > 0.3 and current["wall_budget"] == 60 and current["interrupts_sent"] == 0
+    assert current["where"].startswith("Cell In[") and current["line"] in ("while True:", "pass"), current
     interrupt(kc, msg_id)
     wait_reply(kc, msg_id)
     idle = control_request(kc, protocol.CANCEL_STATUS_REQUEST)["content"]

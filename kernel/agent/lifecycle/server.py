@@ -79,6 +79,12 @@ class ServerLifecycle:
                 self.rest.call("GET", self._kernel_path())  # raises the clear error for that status
             self.kernel_name = self.kernel_name or str(answer.get("name", ""))
         self._interrupt_mode = self._spec_interrupt_mode()
+        return self._open_transport()
+
+    def _open_transport(self) -> WebsocketTransport:
+        """A new websocket to the kernel (closing the old one)."""
+        if self.transport is not None:
+            self.transport.close()
         self.transport = WebsocketTransport(self.rest.websocket_url(f"{self._kernel_path()}/channels"), self.token)
         return self.transport
 
@@ -152,7 +158,10 @@ class ServerLifecycle:
     # -- restart / shutdown --
 
     def restart(self, *, dead: bool, old_pid: int | None, wait_for_owner: t.Callable[[float], bool]) -> None:
-        """POST .../restart (same kernel id, same ports); a kernel the server lost is started anew.
+        """POST .../restart (same kernel id), then a new websocket; a kernel the server lost is started anew.
+
+        The new websocket is for Enterprise Gateway: its restarted kernel is a new
+        process (a new pod) with new ports, which a websocket opened before does not reach.
 
         dead: the kernel died; a server restarts it by itself, so first wait for that new kernel.
         """
@@ -162,6 +171,7 @@ class ServerLifecycle:
         if self.is_alive():
             status, answer = self.rest.request("POST", f"{self._kernel_path()}/restart", timeout=START_TIMEOUT)
             if status == 200:
+                self._open_transport()
                 return
             if not self._gone_within(5.0):  # a 500 while the server is still deleting it, say
                 raise KernelStartError(f"the server could not restart kernel {self._kernel_id}: {status} {answer}")
@@ -169,9 +179,7 @@ class ServerLifecycle:
             raise KernelStartError(f"kernel {self._kernel_id} is gone from {self.server_url} and its kernelspec is unknown; start a new one")
         answer = self.rest.call("POST", "/api/kernels", {"name": self.kernel_name}, expect=(200, 201), timeout=START_TIMEOUT)
         self._kernel_id, self.owned, self.gone, self._alive = str(answer["id"]), True, None, True
-        if self.transport is not None:
-            self.transport.close()
-        self.transport = WebsocketTransport(self.rest.websocket_url(f"{self._kernel_path()}/channels"), self.token)
+        self._open_transport()
 
     def _gone_within(self, seconds: float) -> bool:
         """Whether the server stops having the kernel within `seconds` (asked every 0.2 s)."""

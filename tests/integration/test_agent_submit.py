@@ -1,0 +1,53 @@
+"""Cells run in the background: submit, watch while it runs, status from another thread, one caller at a time."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from agent_helpers import agent
+
+from cancelkernel.agent import BadInputError
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def wait_for(predicate, timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.parametrize("name", ["cancelkernel", "cancelkernel-worker"])
+def test_a_submitted_cell_is_watched_and_interrupted(name: str) -> None:
+    with agent(name) as ak:
+        sub = ak.submit("import time\nprint('started', flush=True)\nwhile True:\n    time.sleep(0.01)")
+        assert ak.busy
+        assert wait_for(lambda: sub.watch.outputs and sub.watch.current_line() is not None), sub.watch.summary()
+        assert sub.watch.current_line().startswith("Cell In[") and "time.sleep(0.01)" in sub.watch.current_line()
+        status = ak.status()
+        assert status["busy"] and status["cell"]["msg_id"] == sub.watch.msg_id and status["cell"]["outputs"] == 1
+        with pytest.raises(BadInputError, match="still in progress"):
+            ak.run("1")
+        with pytest.raises(BadInputError, match="still in progress"):
+            ak.submit("1")
+        with pytest.raises(TimeoutError):
+            sub.result(timeout=0.1)
+        sub.interrupt()
+        r = sub.result(timeout=60)
+        assert (r.status, r.reason) == ("interrupted", "manual")
+        assert r.outputs[0]["text"] == "started\n"
+        assert not ak.busy and ak.status()["busy"] is False and ak.status()["alive"] is True
+        assert ak.run("1 + 1").status == "ok"  # the kernel is free again
+
+
+def test_a_submitted_cell_under_a_budget_and_a_stock_kernel() -> None:
+    with agent("python3") as ak:
+        sub = ak.submit("import time\ntime.sleep(30)", wall_budget=0.5)
+        r = sub.result(timeout=60)
+        assert (r.status, r.reason) == ("interrupted", "wall_budget")
+        assert sub.watch.kernel_status is None  # stock kernels have no cancel status
+        assert ak.status() == {**ak.status(), "busy": False, "ours": False}
