@@ -10,31 +10,26 @@ Policy and mechanism are apart: policy.py decides, kernel.py talks.
 
 from __future__ import annotations
 
-import contextlib
-import math
 import os
 import threading
 import typing as t
 import warnings
-from collections.abc import Iterator
 
-from .. import frames as fr
 from ..durations import DurationError, parse_duration
 from ..protocol import FEATURE_BUDGETS
 from .checkpoints import MODES as CHECKPOINT_MODES
 from .checkpoints import Checkpoints
-from .detect import check_budget
+from .detect import cell_budget, check_budget, read_directive
 from .errors import BadInputError, RunawayCellError
 from .history import RuntimeHistory, cell_key
-from .lifecycle import Lifecycle
-from .lifecycle.local import LocalLifecycle
+from .lifecycle import choose_lifecycle
 from .link import KernelInfo, KernelLink
-from .log import InterventionLog, cell_fields
+from .log import InterventionLog
 from .outputs import DisplayRegistry
 from .policy import CellPlan, Policy, Restored
 from .processes import describe_exit
 from .result import CellResult
-from .watch import CellWatch, Submission
+from .watch import CellWatch, Submission, Turn
 
 
 class AgentKernel:
@@ -98,7 +93,7 @@ class AgentKernel:
         self.log = InterventionLog(log, log_all=log_all) if log is not None else None
         self.history = RuntimeHistory(history, floor=auto_floor, factor=auto_factor, default=auto_default)
         self.link = KernelLink(
-            _lifecycle(kernel_name, connection_file, server_url, token, kernel_id, extra_arguments, env, owner_restart_wait),
+            choose_lifecycle(kernel_name, connection_file, server_url, token, kernel_id, extra_arguments, env, owner_restart_wait),
             start_timeout=start_timeout,
         )
         self.checkpoints = Checkpoints(self.link)
@@ -111,8 +106,7 @@ class AgentKernel:
             registry=DisplayRegistry(),
         )
         self._manual = threading.Event()
-        self._busy = threading.Lock()  # one cell (or restart, or checkpoint call) at a time
-        self._watch: CellWatch | None = None  # the running cell's, while one runs
+        self._turn = Turn()  # one cell (or restart, or checkpoint call) at a time
         self._interrupted: set[str] = set()  # cell keys that used their one interrupt
         self._attempts: dict[str, list[CellResult]] = {}
         self._started = False
@@ -168,7 +162,7 @@ class AgentKernel:
             raise BadInputError(f"code must be a str (the cell's source), not {type(code).__name__}")
         if cell_id is not None and not isinstance(cell_id, str):
             raise BadInputError(f"cell_id must be a str or None, not {cell_id!r}")
-        with self._exclusive("run a cell"):
+        with self._turn.exclusive("run a cell"):
             return self._run(code, cell_id, cell_key(code, cell_id), wall_budget, quiet_budget, risky)
 
     def submit(
@@ -192,29 +186,29 @@ class AgentKernel:
         if cell_id is not None and not isinstance(cell_id, str):
             raise BadInputError(f"cell_id must be a str or None, not {cell_id!r}")
         key = cell_key(code, cell_id)
-        self._claim("submit a cell")
+        self._turn.claim("submit a cell")
 
         def go(watch: CellWatch) -> CellResult:
             try:
                 return self._run(code, cell_id, key, wall_budget, quiet_budget, risky, watch)
             finally:
-                self._release()
+                self._turn.release()
 
         try:
             return Submission(go, self.interrupt, want_status=want_status)
         except BaseException:
-            self._release()
+            self._turn.release()
             raise
 
     @property
     def busy(self) -> bool:
         """True while a cell (or a restart, or a checkpoint call) is in progress."""
-        return self._busy.locked()
+        return self._turn.busy
 
     @property
     def running(self) -> CellWatch | None:
         """The live view of the cell running now, if one is."""
-        return self._watch
+        return self._turn.watch
 
     def status(self) -> dict[str, t.Any]:
         """What the kernel is doing now, safe to call from any thread.
@@ -231,16 +225,16 @@ class AgentKernel:
             "exec_thread": info.exec_thread,
             "started": self._started,
         }
-        watch = self._watch
+        watch = self._turn.watch
         if watch is not None:
             return {**base, "busy": True, "alive": True, "cell": watch.summary()}
-        if not self._busy.acquire(blocking=False):
+        if not self._turn.try_claim():
             return {**base, "busy": True, "alive": True, "cell": None}
         try:
             alive = self._started and self.link.is_alive()
             kernel = self.link.cancel_status(timeout=0.5) if alive and info.ours else None
         finally:
-            self._busy.release()
+            self._turn.release()
         extra = {"abandoned_threads": kernel.get("abandoned_threads", [])} if kernel else {}
         return {**base, "busy": False, "alive": alive, "cell": None, **extra}
 
@@ -258,7 +252,7 @@ class AgentKernel:
             raise BadInputError(f"new_code must be a str (the cell's fixed source), not {type(new_code).__name__}")
         wall = wall_budget if wall_budget is not None else result.budgets.get("wall_budget")
         quiet = quiet_budget if quiet_budget is not None else result.budgets.get("quiet_budget")
-        with self._exclusive("retry a cell"):
+        with self._turn.exclusive("retry a cell"):
             return self._run(new_code, result.cell_id, result.cell_key or cell_key(result.source, result.cell_id), wall, quiet, True)
 
     def interrupt(self) -> None:
@@ -275,33 +269,17 @@ class AgentKernel:
         """Every result of a cell so far (by cell_id or cell_key)."""
         return list(self._attempts.get(cell) or self._attempts.get(f"id:{cell}") or [])
 
-    def _claim(self, doing: str) -> None:
-        if not self._busy.acquire(blocking=False):
-            running = self._watch
-            what = f"the cell {running.msg_id}" if running is not None and running.msg_id else "another call"
-            raise BadInputError(f"cannot {doing}: {what} is still in progress on this kernel; wait for it, or interrupt it first")
-
-    def _release(self) -> None:
-        self._watch = None
-        self._busy.release()
-
-    @contextlib.contextmanager
-    def _exclusive(self, doing: str) -> Iterator[None]:
-        """One thing at a time on the kernel: a second caller gets a clear error, never a tangled socket."""
-        self._claim(doing)
-        try:
-            yield
-        finally:
-            self._release()
-
     def _run(
         self, code: str, cell_id: str | None, key: str, wall: t.Any, quiet: t.Any, risky: bool | None,
         watch: CellWatch | None = None,
     ) -> CellResult:
-        wall_v = _budget("wall_budget", wall, self.wall_budget, allow_auto=True)
-        quiet_v = _budget("quiet_budget", quiet, self.quiet_budget)
+        wall_v = cell_budget("wall_budget", wall, self.wall_budget, allow_auto=True)
+        quiet_v = cell_budget("quiet_budget", quiet, self.quiet_budget)
         if not self._started:
             raise BadInputError("the kernel is not started: use `with AgentKernel(...) as ak:` or call ak.start() first")
+        original, notes = code, list[str]()
+        if not self.info.has(FEATURE_BUDGETS):
+            code, wall_v, quiet_v, notes = read_directive(code, wall_v, quiet_v, self.kernel_name)
         if wall_v == "auto":
             wall_v = self.history.auto_budget(key)
         between = self._revive_if_dead()
@@ -322,8 +300,10 @@ class AgentKernel:
             plan.kernel_metadata = {"cancelkernel": budgets}
             plan.kernel_enforces = True
         self._manual.clear()
-        self._watch = watch = watch if watch is not None else CellWatch()
+        self._turn.watch = watch = watch if watch is not None else CellWatch()
         result = self.policy.run(plan, self._manual, watch)
+        result.source = original
+        result.notes[:0] = notes
         if between is not None:
             result.actions.insert(0, between)
             if result.status in ("ok", "error"):
@@ -335,7 +315,8 @@ class AgentKernel:
             self._interrupted.add(key)
         if self.checkpoint_mode == "after-ok" and result.status == "ok":
             self._auto_save("after a successful cell")
-        self._write_log(result)
+        if self.log is not None:
+            self.log.write_result(result, kernel={"name": self.kernel_name, "id": self.link.kernel_id, "pid": result.kernel.get("pid")})
         if runaway and not may_interrupt:
             raise RunawayCellError(key, self._attempts[key])
         return result
@@ -362,25 +343,25 @@ class AgentKernel:
 
     def save_checkpoint(self, name: str | None = None) -> dict[str, t.Any]:
         """Save the kernel's state now (raises CheckpointError on kernels without checkpoints)."""
-        with self._exclusive("save a checkpoint"):
+        with self._turn.exclusive("save a checkpoint"):
             return self.checkpoints.save(name)
 
     def restore_checkpoint(self, name: str | None = None) -> Restored:
         """Bring back a checkpoint (the latest if no name)."""
-        with self._exclusive("restore a checkpoint"):
+        with self._turn.exclusive("restore a checkpoint"):
             return self.checkpoints.restore(name)
 
     def list_checkpoints(self) -> list[dict[str, t.Any]]:
-        with self._exclusive("list checkpoints"):
+        with self._turn.exclusive("list checkpoints"):
             return self.checkpoints.list()
 
     def drop_checkpoint(self, name: str) -> dict[str, t.Any]:
-        with self._exclusive("drop a checkpoint"):
+        with self._turn.exclusive("drop a checkpoint"):
             return self.checkpoints.drop(name)
 
     def restart(self) -> Restored:
         """Restart the kernel on purpose and restore the latest checkpoint (if any)."""
-        with self._exclusive("restart the kernel"):
+        with self._turn.exclusive("restart the kernel"):
             self.link.restart()
             return self._restore_after_restart()
 
@@ -402,84 +383,6 @@ class AgentKernel:
             self.checkpoints.save(None)
         except Exception as exc:  # noqa: BLE001 - a failed save must not stop the cell; it is reported
             warnings.warn(f"checkpoint save {when} failed: {exc}", RuntimeWarning, stacklevel=4)
-
-    # -- the log --
-
-    def _write_log(self, result: CellResult) -> None:
-        if self.log is None:
-            return
-        base = {
-            "kernel": {"name": self.kernel_name, "id": self.link.kernel_id, "pid": result.kernel.get("pid")},
-            **cell_fields(result.source, result.cell_id, result.cell_key, result.attempt),
-            "elapsed": result.elapsed,
-            "budgets": result.budgets,
-            "status": result.status,
-            "state": result.state,
-        }
-        for action in result.actions:
-            record = {
-                **base,
-                "why": action.get("why"),
-                "why_text": action.get("why_text"),
-                "action": action.get("action"),
-                "via": action.get("via"),
-                "outcome": action.get("outcome"),
-                "interrupt_latency": action.get("latency") if action.get("action") == "interrupt" else None,
-                "stack": result.stack,
-                "stopped_at": fr.stopped_at(fr.from_dicts(result.stack), readable=True),
-                "partial_output_bytes": result.output_size(),
-                "restored": result.restored if action.get("action") == "restart" else None,
-            }
-            self.log.write(record)
-        if not result.actions and self.log.log_all:
-            self.log.write({**base, "why": None, "why_text": None, "action": "none", "outcome": result.status,
-                            "output_bytes": result.output_size(), "error": result.error_name})
-
-
-def _budget(name: str, value: t.Any, default: t.Any, *, allow_auto: bool = False) -> t.Any:
-    """A per-cell budget: None takes the default; 0 (or math.inf) turns it off; anything else is checked."""
-    if value is None:
-        return default
-    if isinstance(value, float) and math.isinf(value) and value > 0:
-        return None
-    return check_budget(name, value, allow_auto=allow_auto)
-
-
-def _lifecycle(
-    kernel_name: str,
-    connection_file: str | os.PathLike | None,
-    server_url: str | None,
-    token: str | None,
-    kernel_id: str | None,
-    extra_arguments: list[str] | None,
-    env: dict[str, str] | None,
-    owner_restart_wait: float,
-) -> Lifecycle:
-    """A kernel behind a server (server_url), or on this host (started here, or by connection file)."""
-    if server_url is not None:
-        if connection_file is not None:
-            raise BadInputError("give either server_url (a remote kernel) or connection_file (a local one), not both")
-        if extra_arguments or env:
-            raise BadInputError("extra_arguments and env apply to kernels started here; a server starts its kernels from its own kernelspecs")
-        from .lifecycle.server import ServerLifecycle
-
-        return ServerLifecycle(
-            server_url,
-            token if token is not None else os.environ.get("JUPYTER_TOKEN"),
-            kernel_name=None if kernel_id is not None and kernel_name == "cancelkernel" else kernel_name,
-            kernel_id=kernel_id,
-            owner_restart_wait=owner_restart_wait,
-        )
-    if token is not None or kernel_id is not None:
-        raise BadInputError("token and kernel_id need server_url (the Jupyter server the kernel runs behind)")
-    return LocalLifecycle(
-        None if connection_file is not None and kernel_name == "cancelkernel" else kernel_name,
-        connection_file=connection_file,
-        extra_arguments=extra_arguments,
-        env=env,
-        owner_restart_wait=owner_restart_wait,
-    )
-
 
 def _exit_text(link: KernelLink) -> str:
     return describe_exit(link.exit_code())

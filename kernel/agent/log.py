@@ -12,7 +12,11 @@ import os
 import threading
 import typing as t
 
+from .. import frames as fr
 from .errors import BadInputError
+
+if t.TYPE_CHECKING:
+    from .result import CellResult
 
 MAX_SOURCE = 2000
 
@@ -36,6 +40,34 @@ class InterventionLog:
         with self._lock, open(self.path, "a", encoding="utf-8") as f:
             f.write(line + "\n")
             f.flush()
+
+    def write_result(self, result: CellResult, *, kernel: dict[str, t.Any]) -> None:
+        """One record per intervention of the cell (one for the cell itself with log_all)."""
+        base = {
+            "kernel": kernel,
+            **cell_fields(result.source, result.cell_id, result.cell_key, result.attempt),
+            "elapsed": result.elapsed,
+            "budgets": result.budgets,
+            "status": result.status,
+            "state": result.state,
+        }
+        for action in result.actions:
+            self.write({
+                **base,
+                "why": action.get("why"),
+                "why_text": action.get("why_text"),
+                "action": action.get("action"),
+                "via": action.get("via"),
+                "outcome": action.get("outcome"),
+                "interrupt_latency": action.get("latency") if action.get("action") == "interrupt" else None,
+                "stack": result.stack,
+                "stopped_at": fr.stopped_at(fr.from_dicts(result.stack), readable=True),
+                "partial_output_bytes": result.output_size(),
+                "restored": result.restored if action.get("action") == "restart" else None,
+            })
+        if not result.actions and self.log_all:
+            self.write({**base, "why": None, "why_text": None, "action": "none", "outcome": result.status,
+                        "output_bytes": result.output_size(), "error": result.error_name})
 
 
 def cell_fields(source: str, cell_id: str | None, cell_key: str, attempt: int) -> dict[str, t.Any]:

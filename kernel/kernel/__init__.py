@@ -1,10 +1,10 @@
-"""The ipykernel-facing side: the kernel, its app, shell, streams, events and cell directives.
+"""The ipykernel-facing side: the kernel, its app, shell, streams and events.
 
 Owns: the wiring of the runtime into the Jupyter protocol (`ipkernel`), the
 options (`options`), the shell that hands code to the executor (`shell`),
 output streams that feed the quiet clock (`streams`), iopub events
-(`events`), reply metadata and cancel status (`metadata`), `%%budget` /
-`%%timeout` parsing (`directives`), the sentences people read (`texts`), and
+(`events`), reply metadata and cancel status (`metadata`), the sentences
+people read (`texts`), and
 every copy of ipykernel / IPython internals (`upstream`).
 
 May import: ipykernel, IPython, traitlets, jupyter_core, the runtime, the

@@ -9,6 +9,7 @@ every execute_request as it arrives (interrupts.py says why).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import typing as t
 
@@ -17,6 +18,9 @@ from ipykernel.jsonutil import json_clean
 from .. import protocol
 from . import metadata, upstream
 from .interrupts import InterruptRequestError, parse_request
+from .replies import internal_error_text
+
+log = logging.getLogger(__name__)
 
 # Control requests of ours that must not move the kernel's busy/idle state as a server sees it.
 OWN_CONTROL_REQUESTS = frozenset({protocol.CANCEL_STATUS_REQUEST})
@@ -97,7 +101,12 @@ class ControlRequests(_Kernel):
         """Answer on the control channel: what runs, for how long, and its state."""
         if not self.session:
             return
-        self.session.send(stream, protocol.CANCEL_STATUS_REPLY, json_clean(self.cancel_status()), parent, ident=ident)
+        try:
+            content = json_clean(self.cancel_status())
+        except Exception as exc:  # noqa: BLE001 - a status request must always be answered
+            log.exception("cancel_status failed")
+            content = {"status": "error", "ename": type(exc).__name__, "evalue": internal_error_text("to build the cancel status", exc), "traceback": []}
+        self.session.send(stream, protocol.CANCEL_STATUS_REPLY, content, parent, ident=ident)
 
     def cancel_status(self) -> dict:
         dumps = self.runtime.dumps

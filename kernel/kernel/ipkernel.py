@@ -20,14 +20,14 @@ from ipykernel.ipkernel import IPythonKernel
 from ipykernel.jsonutil import json_clean
 from jupyter_core.paths import jupyter_runtime_dir
 
-from .. import __version__, protocol
+from .. import __version__, directives, protocol
 from ..checkpoint.magics import register as register_checkpoint_magics
 from ..checkpoint.settings import CheckpointSettings
 from ..checkpoint.shell import ShellCheckpoints, handle_checkpoint_request, maybe_autosave, save_before
 from ..frames import Frame
 from ..runtime.execution import Budgets, Execution, StackRecord
 from ..runtime.runtime import Runtime
-from . import directives, events, metadata, upstream
+from . import events, metadata, upstream
 from .control import ControlRequests
 from .interrupts import PendingCancels
 from .options import KernelOptions

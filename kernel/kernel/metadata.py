@@ -103,7 +103,8 @@ def stack_record(execution: Execution, record: StackRecord) -> dict:
 
 def execution_status(execution: Execution, stack: list[Frame] | None = None) -> dict:
     """One running execution in cancel_status_reply; `where`/`line` say where its live stack is now."""
-    here = innermost_user(stack or [])
+    # No cell frame yet (a worker still picking the cell up): the thread is not in the cell, say nothing.
+    here = innermost_user(stack) if stack and any(f.is_cell for f in stack) else None
     return {
         "msg_id": execution.msg_id,
         "subshell_id": execution.subshell_id,

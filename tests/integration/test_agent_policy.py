@@ -15,7 +15,7 @@ import time
 import pytest
 from agent_helpers import agent
 
-from cancelkernel.agent import CheckpointError, RunawayCellError, read_log
+from cancelkernel.agent import BadInputError, CheckpointError, RunawayCellError, read_log
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -180,3 +180,24 @@ def test_stock_kernel_has_no_checkpoints() -> None:
         assert not ak.info.ours
         with pytest.raises(CheckpointError, match="no checkpoint interface"):
             ak.save_checkpoint()
+
+
+def test_a_budget_directive_runs_on_a_stock_kernel() -> None:
+    # Portable budgets: the client reads the line a stock kernel would reject (UsageError) and enforces it itself.
+    with agent("python3") as ak:
+        r = ak.run("%%budget wall=30\nx = 1\nprint(x)")
+        assert r.status == "ok" and r.text == "1\n", r.outputs
+        assert "has no cell budgets" in r.notes[0] and r.source.startswith("%%budget")
+        r = ak.run("%%timeout 0.5\nimport time\ntime.sleep(30)")
+        assert (r.status, r.reason) == ("interrupted", "wall_budget") and "TimeoutError" in r.notes[0]
+        r = ak.run("\n%%budget wall=0.3\nimport time\ntime.sleep(30)\n")
+        assert (r.status, r.reason) == ("interrupted", "wall_budget")
+        assert r.stack[-1]["lineno"] == 3, r.stack  # as IPython numbers the cell typed (it drops leading blank lines)
+        with pytest.raises(BadInputError, match="%%budget does not know 'wal'"):
+            ak.run("%%budget wal=3\n1")
+
+
+def test_a_budget_directive_is_left_to_our_kernel() -> None:
+    with agent("cancelkernel") as ak:
+        r = ak.run("%%budget wall=0.5\nimport time\ntime.sleep(30)")
+        assert (r.status, r.reason) == ("interrupted", "wall_budget") and r.notes == []

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from cancelkernel import directives as budgets
+from cancelkernel.directives import BudgetError
 from cancelkernel.durations import MAX_SECONDS, DurationError, parse_duration, refusal
-from cancelkernel.kernel import directives as budgets
-from cancelkernel.kernel.directives import BudgetError
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,7 @@ ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
 # Source directory of each top-level part of the import package `cancelkernel`.
 SOURCES = {"cancelkernel": "kernel", "cancelkernel.native": "native", "cancelkernel.kernelspec": "kernelspec"}
 JUPYTER = ("ipykernel", "IPython", "jupyter_client", "jupyter_core", "traitlets", "zmq", "tornado", "comm", "nbformat", "nbclient")
-PURE = ("cancelkernel.protocol", "cancelkernel.durations", "cancelkernel.frames")
+PURE = ("cancelkernel.protocol", "cancelkernel.durations", "cancelkernel.frames", "cancelkernel.directives")
 MAX_LINES = 400
 
 

@@ -8,7 +8,10 @@ never interprets messages beyond recognising a restarted kernel.
 
 from __future__ import annotations
 
+import os
 import typing as t
+
+from ..errors import BadInputError
 
 if t.TYPE_CHECKING:
     from ..transport import Transport
@@ -55,3 +58,41 @@ class Lifecycle(t.Protocol):
     def restart(self, *, dead: bool, old_pid: int | None, wait_for_owner: t.Callable[[float], bool]) -> None: ...
 
     def shutdown(self, *, shutdown_connected: bool = False) -> None: ...
+
+
+def choose_lifecycle(
+    kernel_name: str,
+    connection_file: str | os.PathLike | None,
+    server_url: str | None,
+    token: str | None,
+    kernel_id: str | None,
+    extra_arguments: list[str] | None,
+    env: dict[str, str] | None,
+    owner_restart_wait: float,
+) -> Lifecycle:
+    """A kernel behind a server (server_url), or on this host (started here, or by connection file)."""
+    if server_url is not None:
+        if connection_file is not None:
+            raise BadInputError("give either server_url (a remote kernel) or connection_file (a local one), not both")
+        if extra_arguments or env:
+            raise BadInputError("extra_arguments and env apply to kernels started here; a server starts its kernels from its own kernelspecs")
+        from .server import ServerLifecycle
+
+        return ServerLifecycle(
+            server_url,
+            token if token is not None else os.environ.get("JUPYTER_TOKEN"),
+            kernel_name=None if kernel_id is not None and kernel_name == "cancelkernel" else kernel_name,
+            kernel_id=kernel_id,
+            owner_restart_wait=owner_restart_wait,
+        )
+    if token is not None or kernel_id is not None:
+        raise BadInputError("token and kernel_id need server_url (the Jupyter server the kernel runs behind)")
+    from .local import LocalLifecycle
+
+    return LocalLifecycle(
+        None if connection_file is not None and kernel_name == "cancelkernel" else kernel_name,
+        connection_file=connection_file,
+        extra_arguments=extra_arguments,
+        env=env,
+        owner_restart_wait=owner_restart_wait,
+    )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from ..durations import DurationError, parse_duration
+from .durations import DurationError, parse_duration
 
 DIRECTIVES = ("budget", "timeout")
 CHECKPOINT_WHEN = ("before",)
