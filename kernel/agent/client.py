@@ -44,6 +44,8 @@ class AgentKernel:
     checkpoint: "off" | "before-risky" | "after-ok" (needs a kernel with checkpoints).
     log: a JSONL file, one record per intervention (per cell with log_all=True).
     history: a JSON file keeping runtimes for wall_budget="auto" across sessions.
+    spare: keep a warm spare kernel (started after the first cell) so a restart is a swap,
+      not a cold start; costs one idle kernel's memory.  Kernels started here only.
     """
 
     def __init__(
@@ -72,6 +74,7 @@ class AgentKernel:
         env: dict[str, str] | None = None,
         start_timeout: float = 60.0,
         owner_restart_wait: float = 5.0,
+        spare: bool = True,
     ):
         # Validate everything first: bad input starts nothing and writes nothing.
         if not isinstance(kernel_name, str) or not kernel_name:
@@ -93,7 +96,8 @@ class AgentKernel:
         self.log = InterventionLog(log, log_all=log_all) if log is not None else None
         self.history = RuntimeHistory(history, floor=auto_floor, factor=auto_factor, default=auto_default)
         self.link = KernelLink(
-            choose_lifecycle(kernel_name, connection_file, server_url, token, kernel_id, extra_arguments, env, owner_restart_wait),
+            choose_lifecycle(kernel_name, connection_file, server_url, token, kernel_id, extra_arguments, env, owner_restart_wait,
+                             spare=bool(spare), start_timeout=start_timeout),
             start_timeout=start_timeout,
         )
         self.checkpoints = Checkpoints(self.link)
@@ -317,6 +321,7 @@ class AgentKernel:
             self._auto_save("after a successful cell")
         if self.log is not None:
             self.log.write_result(result, kernel={"name": self.kernel_name, "id": self.link.kernel_id, "pid": result.kernel.get("pid")})
+        self.link.warm_spare()  # after the first cell, and again after a restart used it
         if runaway and not may_interrupt:
             raise RunawayCellError(key, self._attempts[key])
         return result
@@ -344,7 +349,9 @@ class AgentKernel:
     def save_checkpoint(self, name: str | None = None) -> dict[str, t.Any]:
         """Save the kernel's state now (raises CheckpointError on kernels without checkpoints)."""
         with self._turn.exclusive("save a checkpoint"):
-            return self.checkpoints.save(name)
+            saved = self.checkpoints.save(name)
+            self.link.checkpoint_saved()
+            return saved
 
     def restore_checkpoint(self, name: str | None = None) -> Restored:
         """Bring back a checkpoint (the latest if no name)."""
@@ -381,6 +388,7 @@ class AgentKernel:
             return
         try:
             self.checkpoints.save(None)
+            self.link.checkpoint_saved()
         except Exception as exc:  # noqa: BLE001 - a failed save must not stop the cell; it is reported
             warnings.warn(f"checkpoint save {when} failed: {exc}", RuntimeWarning, stacklevel=4)
 

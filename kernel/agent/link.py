@@ -45,6 +45,7 @@ class KernelInfo:
     native_flag: bool = False
     pid: int | None = None
     dump_file: str | None = None
+    checkpoint_dir: str | None = None
     raw: dict = field(default_factory=dict)
 
     @classmethod
@@ -65,6 +66,7 @@ class KernelInfo:
             info.native_flag = bool(ext.get("native_flag"))
             info.pid = new_kernel_pid(content)
             info.dump_file = ext.get("dump_file") if isinstance(ext.get("dump_file"), str) else None
+            info.checkpoint_dir = ext.get("checkpoint_dir") if isinstance(ext.get("checkpoint_dir"), str) else None
         return info
 
     def has(self, feature: str) -> bool:
@@ -279,16 +281,35 @@ class KernelLink:
 
     # -- restart / shutdown --
 
-    def restart(self, *, dead: bool = False) -> None:
-        """A fresh kernel on the same connection (same ports and connection file, so checkpoints are found).
+    def restart(self, *, dead: bool = False) -> dict[str, t.Any]:
+        """A fresh kernel: the warm spare swapped in, else a restart on the same connection (checkpoints are found either way).
 
         dead: the kernel already died (or its owner replaced it): nothing to stop first.
+        Returns how it went: spare (bool), note (why not the spare), and
+        old_gone / ready (time.monotonic() when the old kernel was gone and the new one answered).
         """
         self.restarts += 1
         self.lifecycle.restart(dead=dead, old_pid=self.info.pid, wait_for_owner=self._new_kernel_answers)
+        report = dict(self.lifecycle.last_restart)
         self.transport = self.lifecycle.transport or self.transport  # a kernel started anew has a new connection
         self.flush()
         self.wait_ready(self.start_timeout)
+        report["ready"] = time.monotonic()
+        return report
+
+    # -- the warm spare --
+
+    def warm_spare(self) -> None:
+        """Keep a spare kernel ready (lifecycles that keep one), with our kernel's checkpoint directory, and its imports done."""
+        extra = [f"--CheckpointSettings.directory={self.info.checkpoint_dir}"] if self.info.ours and self.info.checkpoint_dir else []
+        self.lifecycle.warm_spare(extra)
+        if self.info.has(protocol.FEATURE_CHECKPOINT):
+            self.lifecycle.prepare_spare(again=False)
+
+    def checkpoint_saved(self) -> None:
+        """A checkpoint was saved: the spare imports its modules now, so a restore only binds names."""
+        if self.info.has(protocol.FEATURE_CHECKPOINT):
+            self.lifecycle.prepare_spare(again=True)
 
     def _new_kernel_answers(self, seconds: float) -> bool:
         """A kernel other than the one we knew answers kernel_info within `seconds` (its owner restarted it)."""

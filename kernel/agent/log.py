@@ -64,6 +64,7 @@ class InterventionLog:
                 "stopped_at": fr.stopped_at(fr.from_dicts(result.stack), readable=True),
                 "partial_output_bytes": result.output_size(),
                 "restored": result.restored if action.get("action") == "restart" else None,
+                "timings": result.timings if action.get("action") == "restart" else None,
             })
         if not result.actions and self.log_all:
             self.write({**base, "why": None, "why_text": None, "action": "none", "outcome": result.status,

@@ -152,9 +152,10 @@ class Outcomes:
         res.elapsed = round(self.clock() - self.wire.started, 4)
         if res.actions and res.actions[-1]["outcome"] is None:
             res.actions[-1]["outcome"] = "no effect: " + why_restart
+        decided = time.monotonic()
         res.stack = self._stack_when_stuck()
         self._finish_outputs()
-        self._restart_and_restore("restarted", res.reason or "wall_budget", why_restart)
+        self._restart_and_restore("restarted", res.reason or "wall_budget", why_restart, decided=decided)
         return res
 
     def _died(self, why: str | None) -> CellResult:
@@ -165,16 +166,29 @@ class Outcomes:
         if res.actions and res.actions[-1]["outcome"] is None:
             res.actions[-1]["outcome"] = "the kernel died before the cell stopped"
         res.reason, res.reason_text = "died", why
+        decided = time.monotonic()
         self._finish_outputs()
-        self._restart_and_restore("died", "died", why, dead=True)
+        self._restart_and_restore("died", "died", why, dead=True, decided=decided)
         return res
 
-    def _restart_and_restore(self, status: str, why: str, why_text: str, *, dead: bool = False) -> None:
+    def _restart_and_restore(self, status: str, why: str, why_text: str, *, decided: float, dead: bool = False) -> None:
         res = self.res
         started = self.clock()
-        self.link.restart(dead=dead)
+        restarting = time.monotonic()
+        how = self.link.restart(dead=dead)
         restarted = self.clock()
         restored = self.p.restore()
+        done = time.monotonic()
+        # Seconds since the policy decided to restart, one step at a time (README "Recovery").
+        res.timings = {
+            "stack_taken": round(restarting - decided, 4),
+            "old_kernel_gone": round(how["old_gone"] - decided, 4) if "old_gone" in how else None,
+            "new_kernel_ready": round(how["ready"] - decided, 4),
+            "restored": round(done - decided, 4),
+            "spare": bool(how.get("spare")),
+        }
+        if how.get("note"):
+            res.notes.append(str(how["note"]))
         res.status = status
         res.state = restored.state
         res.restored, res.restore_skipped, res.checkpoint = restored.names, restored.skipped, restored.checkpoint
@@ -196,6 +210,7 @@ class Outcomes:
                 "took": round(self.clock() - started, 4),
                 "restart_took": round(restarted - started, 4),
                 "restore_took": round(self.clock() - restarted, 4),
+                "spare": bool(how.get("spare")),
             }
         )
         res.kernel["pid"] = self.link.info.pid

@@ -45,6 +45,7 @@ class CellResult:
     interrupt_latency: float | None = None
     kernel: dict[str, t.Any] = field(default_factory=dict)
     output_bytes_dropped: int = 0
+    timings: dict[str, t.Any] = field(default_factory=dict)  # after a restart: seconds from the decision to each step
     notes: list[str] = field(default_factory=list)  # what could not be had (e.g. a remote kernel's stack dump), said, never faked
 
     @property

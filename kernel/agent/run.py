@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 
-from ..protocol import EVENT_INTERRUPT, EVENT_MIME, EVENT_RUNAWAY, EVENT_UNRESPONSIVE
+from ..protocol import EVENT_INTERRUPT, EVENT_MIME, EVENT_RUNAWAY, EVENT_UNRESPONSIVE, KEY
 from .detect import Tripwire
 from .link import InterruptSent, describe
 from .outcomes import Outcomes
@@ -167,6 +167,8 @@ class CellRun(Outcomes):
         if channel == "shell":
             if parent == self.msg_id and msg_type == "execute_reply" and self.reply is None:
                 self.reply, self.reply_at = msg, self.clock()
+                if ((msg.get("metadata") or {}).get(KEY) or {}).get("checkpoint"):
+                    self.link.checkpoint_saved()  # the kernel saved around the cell (before / autosave)
             return None
         if channel != "iopub":
             return None

@@ -94,6 +94,7 @@ class Pickler(pickle.Pickler):
         self._refs = refs
         self._namespace = namespace
         self._module = module
+        self.modules: set[str] = set()  # modules of the objects pickled: what a restore will import
 
     def reducer_override(self, obj: Any) -> Any:
         # Not called for exact bytes/str/int/list/dict/... (the C pickler's fast path), so it costs nothing there.
@@ -101,6 +102,7 @@ class Pickler(pickle.Pickler):
         if name is not None:
             return _namespace_ref, (name,)
         cls = type(obj)
+        self.modules.add(cls.__module__)
         if cls is array.array:
             return _array_from_buffer, (obj.typecode, pickle.PickleBuffer(obj))
         if cls is memoryview:
@@ -236,8 +238,11 @@ class ValueWriter:
                 pass
 
 
-def dump(value: Any, writer: ValueWriter, refs: dict[int, str], namespace: Mapping[str, Any], module: str) -> None:
-    Pickler(writer, refs, namespace, module).dump(value)
+def dump(value: Any, writer: ValueWriter, refs: dict[int, str], namespace: Mapping[str, Any], module: str) -> list[str]:
+    """Pickle `value` into `writer`; the importable modules its pickle refers to (for a restore to import ahead)."""
+    pickler = Pickler(writer, refs, namespace, module)
+    pickler.dump(value)
+    return sorted(m for m in pickler.modules if m not in ("builtins", module) and m in sys.modules)
 
 
 # -- reading ------------------------------------------------------------------------

@@ -33,6 +33,43 @@ def restore(
     files or directories not owned by you or writable by group/others.
     """
     started = time.perf_counter()
+    name, cpath, manifest, data = _open_checkpoint(directory, name)
+    report = RestoreReport(name, cpath, float(manifest.get("saved", 0.0)))
+    loader = _Loader(data, namespace, run_source)
+    with _no_gc():
+        _restore_entries(manifest["entries"], loader, report)
+    report.bytes = loader.bytes
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def prepare(directory: str, name: str | None = None) -> tuple[str, list[str], list[str]]:
+    """Import the modules checkpoint `name` (default: the latest) needs, so restoring it later only binds names.
+
+    For a spare kernel waiting to replace this one.  The same trust checks as
+    restore run first; nothing is unpickled.  Returns (name, imported, failed).
+    """
+    name, _, manifest, _ = _open_checkpoint(directory, name)
+    wanted: list[str] = []
+    for entry in manifest.get("entries") or []:
+        if not isinstance(entry, dict) or entry.get("status") != "saved":
+            continue
+        if entry.get("kind") == "module" and isinstance(entry.get("module"), str):
+            wanted.append(entry["module"])
+        wanted.extend(m for m in entry.get("imports") or [] if isinstance(m, str))
+    imported, failed = [], []
+    for module in dict.fromkeys(wanted):
+        try:
+            importlib.import_module(module)
+        except Exception:  # noqa: BLE001 - the restore will report it for the variable that needs it
+            failed.append(module)
+        else:
+            imported.append(module)
+    return name, imported, failed
+
+
+def _open_checkpoint(directory: str, name: str | None) -> tuple[str, str, dict, str]:
+    """Find checkpoint `name` (default: the latest), check it is trusted, read its manifest: (name, path, manifest, data dir)."""
     if not os.path.isdir(directory):
         raise CheckpointNotFound(f"no checkpoints in {directory} yet; save one first (%checkpoint save)")
     check_trusted_dir(directory, what="checkpoint directory", follow=True)
@@ -49,13 +86,7 @@ def restore(
     data = os.path.join(cpath, manifest["data"])
     check_trusted_dir(data, what="checkpoint data directory")
     _check_files_trusted(data)
-    report = RestoreReport(name, cpath, float(manifest.get("saved", 0.0)))
-    loader = _Loader(data, namespace, run_source)
-    with _no_gc():
-        _restore_entries(manifest["entries"], loader, report)
-    report.bytes = loader.bytes
-    report.seconds = time.perf_counter() - started
-    return report
+    return name, cpath, manifest, data
 
 
 @contextlib.contextmanager

@@ -237,7 +237,7 @@ def _write_value(
         return
     writer = cpickle.ValueWriter(path, size_limit, budget)
     try:
-        cpickle.dump(value, writer, args.refs, args.namespace, args.module)
+        imports = cpickle.dump(value, writer, args.refs, args.namespace, args.module)
         writer.finish()
     except cpickle.OverLimit:
         writer.discard()
@@ -257,6 +257,8 @@ def _write_value(
         writer.discard()
         raise
     entry.update(status="saved", size=writer.size, crc32=writer.crc)
+    if imports:
+        entry["imports"] = imports
     if writer.spilled:
         entry.update(file=os.path.basename(path), offset=0)
     else:

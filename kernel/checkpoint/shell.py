@@ -21,6 +21,7 @@ from . import manifests
 from .errors import CheckpointError, CheckpointTooLarge
 from .manifests import CheckpointInfo
 from .model import Manifest, RestoreReport, size_text
+from .restore import prepare as prepare_restore
 from .restore import restore as restore_namespace
 from .save import save as save_namespace
 from .settings import CheckpointSettings
@@ -30,7 +31,7 @@ from .source import default_cell_files
 AUTOSAVE_NAME = "autosave"
 BEFORE_NAME = "before"
 
-ACTIONS = ("save", "restore", "list", "drop")
+ACTIONS = ("save", "restore", "list", "drop", "prepare")
 
 
 class ShellCheckpoints:
@@ -58,6 +59,9 @@ class ShellCheckpoints:
 
     def restore(self, name: str | None = None) -> RestoreReport:
         return restore_namespace(self.shell.user_ns, self.directory, name)
+
+    def prepare(self, name: str | None = None) -> tuple[str, list[str], list[str]]:
+        return prepare_restore(self.directory, name)
 
     def list_checkpoints(self) -> list[CheckpointInfo]:
         return manifests.list_checkpoints(self.directory)
@@ -126,6 +130,10 @@ def handle_checkpoint_request(binding: ShellCheckpoints, content: Mapping[str, A
             reply["checkpoints"] = [i.as_dict() for i in infos]
             reply["latest"] = next((i.name for i in infos if i.latest), None)
             reply["summary"] = format_list(infos, reply["directory"])
+        elif action == "prepare":
+            reply["name"], reply["imported"], failed = binding.prepare(name)
+            reply["summary"] = f"imported {len(reply['imported'])} modules checkpoint {reply['name']!r} needs" + (
+                f"; could not import {', '.join(failed)}" if failed else "")
         else:
             reply["path"] = binding.drop(name)  # type: ignore[arg-type]
             reply["summary"] = f"dropped checkpoint {name!r}"

@@ -120,6 +120,7 @@ class CancelKernel(ControlRequests, KernelOptions, IPythonKernel):
             "native_flag": self.runtime.native_flag,
             "pid": os.getpid(),
             "dump_file": dumps.path if dumps.available else None,
+            "checkpoint_dir": self.checkpoints.directory,
             "features": list(protocol.FEATURES),
         }
         return info

@@ -50,6 +50,16 @@ def agent(name: str = "cancelkernel", **kwargs: t.Any) -> Iterator[AgentKernel]:
         ak.start()
         yield ak
     finally:
-        pids.append(ak.pid)
+        pids.extend([ak.pid, spare_pid(ak)])
         ak.close()
     assert all(process_gone(pid) for pid in pids), f"kernel process {pids} left behind"
+
+
+def spare_pid(ak: AgentKernel, wait: float = 0.0) -> int | None:
+    """The pid of the AgentKernel's warm spare kernel, if it has one (waiting up to `wait` s for it to be ready)."""
+    spare = getattr(ak.link.lifecycle, "spare", None)
+    deadline = time.monotonic() + wait
+    while spare is not None and not spare.ready and time.monotonic() < deadline:
+        time.sleep(0.05)
+    km = spare.km if spare is not None else None
+    return int(km.provisioner.pid) if km is not None and km.provisioner is not None else None

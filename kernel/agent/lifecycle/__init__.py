@@ -23,6 +23,7 @@ class Lifecycle(t.Protocol):
     kernel_name: str
     owned: bool
     owner_restart_wait: float
+    last_restart: dict[str, t.Any]  # how the last restart went (spare or not, why, when the old kernel was gone)
 
     @property
     def kernel_id(self) -> str: ...
@@ -59,6 +60,10 @@ class Lifecycle(t.Protocol):
 
     def shutdown(self, *, shutdown_connected: bool = False) -> None: ...
 
+    def warm_spare(self, extra_arguments: list[str]) -> None: ...
+
+    def prepare_spare(self, *, again: bool) -> None: ...
+
 
 def choose_lifecycle(
     kernel_name: str,
@@ -69,6 +74,8 @@ def choose_lifecycle(
     extra_arguments: list[str] | None,
     env: dict[str, str] | None,
     owner_restart_wait: float,
+    spare: bool = False,
+    start_timeout: float = 60.0,
 ) -> Lifecycle:
     """A kernel behind a server (server_url), or on this host (started here, or by connection file)."""
     if server_url is not None:
@@ -95,4 +102,6 @@ def choose_lifecycle(
         extra_arguments=extra_arguments,
         env=env,
         owner_restart_wait=owner_restart_wait,
+        spare=spare,
+        start_timeout=start_timeout,
     )

@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import signal
+import threading
 import time
 import typing as t
 
@@ -24,6 +25,7 @@ from ...kernelspec import OUR_KERNELS, private_spec_dir
 from ..errors import BadInputError, KernelStartError
 from ..processes import describe_exit, process_running, runs_connection_file
 from ..transport.zmq import ZmqTransport
+from .spare import SpareKernel, kill_group, retire, stop_kernel
 
 # Seconds of continuous heartbeat silence before a connected (non-local) kernel counts as dead.
 HEARTBEAT_DEAD = 3.0
@@ -41,6 +43,8 @@ class LocalLifecycle:
         extra_arguments: list[str] | None = None,
         env: dict[str, str] | None = None,
         owner_restart_wait: float = 5.0,
+        spare: bool = False,
+        start_timeout: float = 60.0,
     ):
         if connection_file is not None:
             path = os.fspath(connection_file)
@@ -61,12 +65,20 @@ class LocalLifecycle:
         self._hb_silent_since: float | None = None
         self.verified_pid: int | None = None
         self.transport: ZmqTransport | None = None
+        self.keeps_spare = spare and self.owned  # a kernel we only connected to is its owner's to restart
+        self.start_timeout = start_timeout
+        self._spare: SpareKernel | None = None
+        self._retiring: list[threading.Thread] = []  # old kernels being cleaned up after a swap
+        self.last_restart: dict[str, t.Any] = {}
+        self._first_id = ""
 
     @property
     def kernel_id(self) -> str:
-        """A name for this kernel in logs: the connection file's base name."""
-        cf = self.connection_file or (self.km.connection_file if self.km is not None else "")
-        return os.path.splitext(os.path.basename(cf))[0] if cf else ""
+        """A name for this kernel in logs: the first connection file's base name (a swapped-in spare keeps it)."""
+        if not self._first_id:
+            cf = self.connection_file or (self.km.connection_file if self.km is not None else "")
+            self._first_id = os.path.splitext(os.path.basename(cf))[0] if cf else ""
+        return self._first_id
 
     @property
     def manager(self) -> KernelManager | None:
@@ -88,9 +100,14 @@ class LocalLifecycle:
         return self.transport
 
     def _start_owned(self) -> BlockingKernelClient:
+        self.km, client = self._launch(self.extra_arguments)
+        return client
+
+    def _launch(self, extra_arguments: list[str]) -> tuple[KernelManager, BlockingKernelClient]:
+        """A new kernel process from the kernelspec, with its channels open (the first kernel and every spare)."""
         km = KernelManager(kernel_name=self.kernel_name, kernel_spec_manager=self._spec_manager())
         km.shutdown_wait_time = 2.0
-        kwargs: dict[str, t.Any] = {"extra_arguments": self.extra_arguments}
+        kwargs: dict[str, t.Any] = {"extra_arguments": extra_arguments}
         if self.env is not None:
             kwargs["env"] = {**os.environ, **self.env}
         try:
@@ -102,10 +119,61 @@ class LocalLifecycle:
             ) from exc
         except Exception as exc:
             raise KernelStartError(f"could not start kernel {self.kernel_name!r}: {exc}") from exc
-        self.km = km
         client = km.client()
         client.start_channels()
-        return client
+        return km, client
+
+    # -- the warm spare --
+
+    def warm_spare(self, extra_arguments: list[str]) -> None:
+        """Start a spare in the background if this lifecycle keeps one and has none (or only a dead one)."""
+        if not self.keeps_spare or self.km is None:
+            return
+        spare = self._spare
+        if spare is not None and (not spare.ready or spare.alive()):
+            return
+        if spare is not None:
+            spare.discard()  # died while idle: replaced, never used
+        arguments = [*self.extra_arguments, *extra_arguments]
+        self._spare = SpareKernel(lambda: self._launch(arguments), ready_timeout=self.start_timeout)
+
+    @property
+    def spare(self) -> SpareKernel | None:
+        return self._spare
+
+    def prepare_spare(self, *, again: bool) -> None:
+        """Have the ready spare import the latest checkpoint's modules (once, or `again` after a new save)."""
+        spare = self._spare
+        if spare is None or (spare.prepared_for is not None and not again):
+            return
+        if spare.send_prepare({"action": "prepare"}):
+            spare.prepared_for = "latest"
+
+    def _swap_in_spare(self) -> bool:
+        """Kill the kernel's process group and put the spare in its place; False (with the reason noted) if there is no usable spare."""
+        spare, self._spare = self._spare, None
+        if spare is None:
+            self.last_restart["note"] = "no spare kernel was running yet: restarted cold"
+            return False
+        taken = spare.take(wait=self.start_timeout)
+        if taken is None:
+            self.last_restart["note"] = f"the spare kernel could not be used ({spare.error}): restarted cold"
+            return False
+        old, old_transport = self.km, self.transport
+        self._first_id = self.kernel_id  # fixed before the connection file changes
+        if old is not None:
+            kill_group(old)
+        self.last_restart["old_gone"] = time.monotonic()
+        self.km, client = taken
+        self.transport = ZmqTransport(client)
+        if old_transport is not None:
+            old_transport.close()
+        if old is not None:
+            reaper = threading.Thread(target=retire, args=(old,), name="cancelkernel-retire", daemon=True)
+            reaper.start()
+            self._retiring.append(reaper)
+        self.last_restart["spare"] = True
+        return True
 
     def _spec_manager(self) -> KernelSpecManager:
         """The usual specs; our own kernels also work when no spec is installed (this interpreter runs them)."""
@@ -212,12 +280,16 @@ class LocalLifecycle:
         dead: the kernel already died (or its owner replaced it): nothing to stop first.
         wait_for_owner(seconds): True when a new kernel answered on the connection within that time.
         """
+        self.last_restart = {"spare": False}
+        if self.keeps_spare and self.km is not None and self._swap_in_spare():
+            return
         km = self.manager
         if km is not None:
             try:
                 km.restart_kernel(now=True)
             except Exception as exc:
                 raise KernelStartError(f"could not restart kernel {self.kernel_name!r}: {exc}") from exc
+            self.last_restart["old_gone"] = time.monotonic()  # restart_kernel returns with the new process started
             return
         self._restart_connected(dead, wait_for_owner)
 
@@ -268,13 +340,19 @@ class LocalLifecycle:
                 while time.monotonic() < deadline and self._connected_alive():
                     time.sleep(0.05)
             if self._adopted is not None:
-                _stop(self._adopted)
+                stop_kernel(self._adopted)
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            spare.discard()
         transport, self.transport = self.transport, None
         if transport is not None:
             transport.close()
+        for reaper in self._retiring:
+            reaper.join(10)
+        self._retiring.clear()
         km, self.km = self.km, None
         if km is not None:
-            _stop(km)
+            stop_kernel(km)
             with contextlib.suppress(Exception):
                 km.cleanup_resources()
         # An adopted kernel replaces one we were only connected to: it stays up for its users.
@@ -287,14 +365,6 @@ class LocalLifecycle:
         if self._adopted is not None:
             return bool(self._adopted.is_alive())
         return self.local
-
-
-def _stop(km: KernelManager) -> None:
-    with contextlib.suppress(Exception):
-        km.shutdown_kernel(now=not km.is_alive())
-    if km.has_kernel:
-        with contextlib.suppress(Exception):
-            km.kill_kernel()  # type: ignore[attr-defined]  # jupyter_client's run_sync wrapper
 
 
 def _read_connection_file(path: str) -> dict:

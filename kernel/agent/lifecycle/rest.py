@@ -52,6 +52,10 @@ class RestClient:
         except OSError as exc:
             raise KernelStartError(f"cannot reach the Jupyter server at {self.base}: {getattr(exc, 'reason', exc)}; is it running?") from exc
         if status == 403:
+            said = _short(answer) if answer else ""
+            if said and "token" not in said.lower() and "forbidden" not in said.lower():
+                # Not the token: e.g. Enterprise Gateway refusing the user it would start the kernel as.
+                raise BadInputError(f"the server at {self.base} refused {method} {path} (403): {said}; nothing was started")
             raise BadInputError(
                 f"the server at {self.base} refused the token (403 Forbidden on {method} {path}); "
                 f"pass the server's token (token=..., --token, or JUPYTER_TOKEN); nothing was started"

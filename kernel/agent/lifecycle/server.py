@@ -52,6 +52,7 @@ class ServerLifecycle:
         self._checked_at = 0.0
         self._alive = True
         self._interrupt_mode = "signal"
+        self.last_restart: dict[str, t.Any] = {}
 
     @property
     def kernel_id(self) -> str:
@@ -166,6 +167,7 @@ class ServerLifecycle:
         dead: the kernel died; a server restarts it by itself, so first wait for that new kernel.
         """
         self._checked_at = 0.0
+        self.last_restart = {"spare": False}
         if dead and self.is_alive() and wait_for_owner(self.owner_restart_wait):
             return
         if self.is_alive():
@@ -180,6 +182,12 @@ class ServerLifecycle:
         answer = self.rest.call("POST", "/api/kernels", {"name": self.kernel_name}, expect=(200, 201), timeout=START_TIMEOUT)
         self._kernel_id, self.owned, self.gone, self._alive = str(answer["id"]), True, None, True
         self._open_transport()
+
+    def warm_spare(self, extra_arguments: list[str]) -> None:
+        """No spare behind a server: its kernels are the server's to start."""
+
+    def prepare_spare(self, *, again: bool) -> None:
+        """No spare behind a server."""
 
     def _gone_within(self, seconds: float) -> bool:
         """Whether the server stops having the kernel within `seconds` (asked every 0.2 s)."""

@@ -1,0 +1,97 @@
+"""The warm spare kernel: a restart swaps it in (state restored from the shared checkpoint directory), it is replaced
+when it dies while idle, a spare that cannot start means a cold restart with a note, and no process is left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+import pytest
+from agent_helpers import agent, kernel_args, process_gone, spare_pid
+
+from cancelkernel.agent import read_log
+
+pytestmark = pytest.mark.timeout(120)
+
+WEDGE = "sum(range(10**12))"  # one C call holding the GIL: only a restart stops it
+
+
+def _env(tmp_path: Any) -> dict[str, Any]:
+    return {"extra_arguments": kernel_args("cancelkernel"), "env": {"JUPYTER_RUNTIME_DIR": str(tmp_path)}}
+
+
+@pytest.mark.parametrize("name", ["cancelkernel", "cancelkernel-worker"])
+def test_a_wedged_kernel_is_replaced_by_the_spare_with_its_state(name: str, tmp_path: Any) -> None:
+    log = os.path.join(str(tmp_path), "agent.jsonl")
+    with agent(name, checkpoint="before-risky", log=log, **_env(tmp_path)) as ak:
+        assert ak.run("import json as js\ndata = bytes(2**20)\ntotal = 7").status == "ok"
+        spare = spare_pid(ak, wait=30)
+        assert spare is not None and spare != ak.pid
+        old = ak.pid
+        r = ak.run(WEDGE, wall_budget=0.5)
+        assert (r.status, r.state) == ("restarted", "restored"), r.summary()
+        assert ak.pid == spare and process_gone(old)
+        assert r.timings["spare"] is True and r.notes == []
+        steps = [r.timings[k] for k in ("stack_taken", "old_kernel_gone", "new_kernel_ready", "restored")]
+        assert steps == sorted(steps), r.timings  # each step after the one before, all from the decision
+        assert ak.run("print(total, len(data), js.dumps(1))").text == f"7 {2**20} 1\n"
+        assert spare_pid(ak, wait=30) not in (None, spare)  # a new spare after the next cell
+    restart = next(rec for rec in read_log(log) if rec["action"] == "restart")
+    assert restart["timings"]["spare"] is True
+
+
+def test_a_spare_that_died_while_idle_is_replaced_not_used(tmp_path: Any) -> None:
+    with agent("cancelkernel", **_env(tmp_path)) as ak:
+        ak.run("x = 1")
+        dead = spare_pid(ak, wait=30)
+        assert dead is not None
+        os.kill(dead, signal.SIGKILL)
+        assert process_gone(dead)
+        ak.run("x = 2")  # between cells the dead spare is noticed and replaced
+        fresh = spare_pid(ak, wait=30)
+        assert fresh not in (None, dead)
+        r = ak.run(WEDGE, wall_budget=0.5)
+        assert r.status == "restarted" and r.timings["spare"] is True and ak.pid == fresh
+
+
+def test_without_a_spare_the_restart_is_cold(tmp_path: Any) -> None:
+    with agent("cancelkernel", spare=False, **_env(tmp_path)) as ak:
+        ak.run("x = 1")
+        assert spare_pid(ak) is None
+        r = ak.run(WEDGE, wall_budget=0.5)
+        assert r.status == "restarted" and r.timings["spare"] is False
+        assert r.notes == []  # turned off on purpose: nothing to explain
+
+
+def test_a_spare_that_cannot_start_falls_back_to_a_cold_restart(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A kernelspec whose second start fails (the spare) and third succeeds (the cold restart): a real failed launch.
+    count = tmp_path / "starts"
+    launcher = (
+        "import os, sys\n"
+        f"path = {str(count)!r}\n"
+        "n = int(open(path).read()) + 1 if os.path.exists(path) else 1\n"
+        "open(path, 'w').write(str(n))\n"
+        "if n == 2:\n"
+        "    sys.exit('this start fails on purpose')\n"
+        "os.execv(sys.executable, [sys.executable, '-m', 'ipykernel_launcher', *sys.argv[1:]])\n"
+    )
+    spec = {"argv": [sys.executable, "-c", launcher, "-f", "{connection_file}"], "display_name": "flaky", "language": "python"}
+    specs = tmp_path / "share" / "jupyter" / "kernels" / "flaky"
+    specs.mkdir(parents=True)
+    (specs / "kernel.json").write_text(json.dumps(spec))
+    monkeypatch.setenv("JUPYTER_PATH", os.pathsep.join(filter(None, [str(tmp_path / "share" / "jupyter"), os.environ.get("JUPYTER_PATH")])))
+    with agent("flaky", env={"JUPYTER_RUNTIME_DIR": str(tmp_path)}) as ak:
+        ak.run("x = 1")
+        spare = ak.link.lifecycle.spare
+        deadline = time.monotonic() + 30
+        while spare is not None and not spare._done.is_set() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        r = ak.run(WEDGE, wall_budget=0.5)
+        assert r.status == "restarted" and r.timings["spare"] is False, r.summary()
+        assert "could not be used" in r.notes[0], r.notes
+        assert ak.run("print(1)").text == "1\n"
+        assert json.loads(count.read_text()) >= 3
