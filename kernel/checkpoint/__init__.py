@@ -36,6 +36,7 @@ from .model import Manifest as Manifest
 from .model import RestoreReport as RestoreReport
 from .model import Skipped as Skipped
 from .model import user_items as user_items
+from .restore import prepare as prepare
 from .restore import restore as restore
 from .save import save as save
 from .store import validate_name as validate_name
@@ -56,6 +57,7 @@ __all__ = [
     "UntrustedCheckpoint",
     "drop",
     "list_checkpoints",
+    "prepare",
     "restore",
     "save",
     "user_items",

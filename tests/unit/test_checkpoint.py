@@ -100,6 +100,27 @@ def test_data_round_trip(cdir):
     assert "small.pkl" in files and len(files) >= 4
 
 
+def test_prepare_imports_what_the_values_need_and_unpickles_nothing(cdir, tmp_path, monkeypatch):
+    # The spare kernel's step before a restore: the modules of the saved objects, even nested ones, get imported.
+    (tmp_path / "ck_prep_things.py").write_text("class Thing:\n    def __init__(self, n):\n        self.n = n\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import ck_prep_things
+
+    ns = fresh()
+    ns.update(rows={"a": [ck_prep_things.Thing(1)]}, it=ck_prep_things.Thing(2), js=json)
+    checkpoint.save(ns, cdir)
+    assert "ck_prep_things" in entry(cdir, "rows")["imports"]
+    del sys.modules["ck_prep_things"]
+    name, imported, failed = checkpoint.prepare(cdir)
+    assert name == "default" and failed == []
+    assert set(imported) == {"ck_prep_things", "json"} and "ck_prep_things" in sys.modules
+    os.chmod(os.path.join(cdir, "default"), 0o777)  # an untrusted checkpoint: refused before anything is imported
+    del sys.modules["ck_prep_things"]
+    with pytest.raises(checkpoint.UntrustedCheckpoint):
+        checkpoint.prepare(cdir)
+    assert "ck_prep_things" not in sys.modules
+
+
 def test_shared_value_of_two_names_comes_back_as_two_copies(cdir):
     ns = fresh()
     ns["a"] = [1, 2]
