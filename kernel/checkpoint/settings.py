@@ -5,10 +5,12 @@ from __future__ import annotations
 import hashlib
 import os
 
-from traitlets import Bool, Int, Unicode
+from traitlets import Bool, Int, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
+from .errors import BadCheckpointName
 from .model import DEFAULT_SIZE_LIMIT
+from .store import validate_name
 
 ROOT_NAME = "cancelkernel-checkpoints"
 
@@ -45,6 +47,27 @@ class CheckpointSettings(Configurable):
         help="""Largest single variable, in pickled bytes, that a checkpoint holds;
         a larger one is left out and listed in the manifest with the reason.""",
     ).tag(config=True)
+
+    restore_on_start = Unicode(
+        "off",
+        help="""What a (re)started kernel restores before its first cell: 'off' (the
+        default), 'latest' (the latest checkpoint in `directory`), or a checkpoint
+        NAME.  With the default directory a kernel restarted by Jupyter
+        (restart_kernel(), JupyterLab's restart button) keeps its connection file,
+        so it finds the checkpoints of the kernel it replaces.  The first cell's
+        output says what was restored and what was not; nothing is said when there
+        is no checkpoint yet.""",
+    ).tag(config=True)
+
+    @validate("restore_on_start")
+    def _check_restore_on_start(self, proposal: dict) -> str:
+        value = str(proposal["value"]).strip()
+        if value in ("off", "latest"):
+            return value
+        try:
+            return validate_name(value)
+        except BadCheckpointName as exc:
+            raise TraitError(f"CheckpointSettings.restore_on_start must be 'off', 'latest' or a checkpoint name: {exc}") from None
 
     def resolve_directory(self) -> str:
         """`directory` if set, else the per-kernel default derived from the connection file."""

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from . import manifests
-from .errors import CheckpointError, CheckpointTooLarge
+from .errors import CheckpointError, CheckpointNotFound, CheckpointTooLarge
 from .manifests import CheckpointInfo
 from .model import Manifest, RestoreReport, size_text
 from .restore import prepare as prepare_restore
@@ -41,6 +41,7 @@ class ShellCheckpoints:
         self.shell = shell
         self.settings = settings
         self.directory_getter = directory_getter  # None: settings.resolve_directory
+        self.start_restore_pending = settings.restore_on_start != "off"  # restore_on_start, until the first cell or a restore
 
     @property
     def directory(self) -> str:
@@ -58,6 +59,7 @@ class ShellCheckpoints:
         )
 
     def restore(self, name: str | None = None) -> RestoreReport:
+        self.start_restore_pending = False  # a client restored on its own: the kernel does not do it again
         return restore_namespace(self.shell.user_ns, self.directory, name)
 
     def prepare(self, name: str | None = None) -> tuple[str, list[str], list[str]]:
@@ -178,6 +180,33 @@ def save_before(checkpoints: ShellCheckpoints) -> dict:
         print(f"checkpoint before this cell failed, the cell runs without one: {exc}", file=sys.stderr)
         return {"name": BEFORE_NAME, "status": "error", "ename": type(exc).__name__, "evalue": str(exc)}
     return _saved(manifest)
+
+
+def restore_on_start(checkpoints: ShellCheckpoints) -> None:
+    """Before the first cell of a (re)started kernel: restore what restore_on_start names, and say so in the cell.
+
+    Called from CancelKernel.do_execute.  No checkpoint yet is not news; a
+    checkpoint that cannot be loaded (not trusted, damaged) is (on stderr), and the cell still runs.
+    """
+    said = _restore_on_start(checkpoints)
+    if said is not None:
+        print(said, file=sys.stdout if said.startswith("restore_on_start: restored") else sys.stderr, flush=True)
+
+
+def _restore_on_start(checkpoints: ShellCheckpoints) -> str | None:
+    if not checkpoints.start_restore_pending:
+        return None
+    checkpoints.start_restore_pending = False
+    wanted = checkpoints.settings.restore_on_start
+    try:
+        report = checkpoints.restore(None if wanted == "latest" else wanted)
+    except CheckpointNotFound:
+        if wanted == "latest":
+            return None
+        return f"restore_on_start: no checkpoint named {wanted!r} in {checkpoints.directory}; the kernel starts empty"
+    except CheckpointError as exc:
+        return f"restore_on_start: nothing restored, {type(exc).__name__}: {exc}"
+    return f"restore_on_start: {report.summary()}"
 
 
 def maybe_autosave(checkpoints: ShellCheckpoints, reply_status: str | None) -> dict | None:

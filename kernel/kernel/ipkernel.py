@@ -23,7 +23,7 @@ from jupyter_core.paths import jupyter_runtime_dir
 from .. import __version__, directives, protocol
 from ..checkpoint.magics import register as register_checkpoint_magics
 from ..checkpoint.settings import CheckpointSettings
-from ..checkpoint.shell import ShellCheckpoints, handle_checkpoint_request, maybe_autosave, save_before
+from ..checkpoint.shell import ShellCheckpoints, handle_checkpoint_request, maybe_autosave, restore_on_start, save_before
 from ..frames import Frame
 from ..runtime.execution import Budgets, Execution, StackRecord
 from ..runtime.runtime import Runtime
@@ -188,6 +188,8 @@ class CancelKernel(ControlRequests, KernelOptions, IPythonKernel):
         msg_id, subshell_id = header.get("msg_id", ""), header.get("subshell_id")
         try:
             wanted = self._directives(code, cell_meta)
+            if not silent:
+                restore_on_start(self.checkpoints)  # once, before the first cell of a (re)started kernel
             before = save_before(self.checkpoints) if wanted.checkpoint == "before" else None
             budgets = Budgets(wall=wanted.wall_budget or 0.0, quiet=wanted.quiet_budget or 0.0, timeout=wanted.timeout)
             self._parents[msg_id] = parent

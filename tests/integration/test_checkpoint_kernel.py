@@ -7,6 +7,7 @@ import json
 import os
 import stat
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -367,3 +368,38 @@ def test_magic_usage_errors(tmp_path):
             assert cell["reply"]["content"]["status"] == "error", line
             assert message in (cell["error"]["evalue"] if cell["error"] else cell["stderr"]), (line, cell)
         assert "%checkpoint save [NAME]" in ok(kc, "%checkpoint help")["stdout"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_restore_on_start_after_restart_kernel(mode, tmp_path):
+    # JupyterLab's restart button is restart_kernel(): the new kernel brings back the autosave before its first cell.
+    args = ["--CheckpointSettings.autosave=True", "--CheckpointSettings.restore_on_start=latest"]
+    with checkpoint_kernel(mode, tmp_path, extra_arguments=args) as (km, kc):
+        first = ok(kc, "x = 41")
+        assert first["stdout"] == ""  # a fresh kernel with no checkpoint yet says nothing
+        ok(kc, "x += 1\nimport threading\nlock = threading.Lock()")
+        restart(km, kc)
+        back = ok(kc, "print(x)")
+        said = back["stdout"]
+        assert said.startswith("restore_on_start: restored 2 names from checkpoint 'autosave'") and said.endswith("\n42\n"), said
+        assert "lock: not saved: unpicklable" in said  # and what was not restored
+        assert ok(kc, "print(x)")["stdout"] == "42\n"  # once only
+
+
+def test_restore_on_start_names_a_checkpoint_and_says_when_it_is_missing(tmp_path):
+    args = ["--CheckpointSettings.restore_on_start=mine"]
+    with checkpoint_kernel("main", tmp_path, extra_arguments=args) as (km, kc):
+        missing = ok(kc, "y = 1")
+        assert "no checkpoint named 'mine'" in missing["stderr"]
+        assert checkpoint_request(kc, "save", "mine")["status"] == "ok"
+        restart(km, kc)
+        assert checkpoint_request(kc, "list")["latest"] == "mine"
+        assert "restored 1 names from checkpoint 'mine'" in ok(kc, "print(y)")["stdout"]
+
+
+def test_restore_on_start_refuses_a_bad_value(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "cancelkernel", "kernel", "--CheckpointSettings.restore_on_start=../x", "-f", str(tmp_path / "k.json")],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode != 0 and "restore_on_start must be 'off', 'latest' or a checkpoint name" in proc.stderr
