@@ -4,11 +4,12 @@
   namespace (they come back from their source first), so instances of cell
   classes unpickle without `sys.modules['__main__']` being the namespace.
 - Modules inside data are pickled as imports.
-- bytes / bytearray go in-band: the C pickler writes a large payload to the file
-  in one call, without copying it into its frame buffer.  array.array and
-  memoryview are pickled through `PickleBuffer` the same way (array's own
-  reduce would copy the whole buffer with `tobytes()` first).
-- Every write is counted (per-variable size limit, total limit) and checksummed (CRC-32).
+- Large buffers go out of band (buffers.py): numpy arrays, array.array and
+  memoryview through `PickleBuffer` (array's own reduce would copy the whole
+  buffer with `tobytes()` first), and a variable that is itself bytes or a
+  bytearray; they are written raw after the stream and mapped back.
+- Every write is counted (per-variable size limit, total limit) and checksummed
+  (CRC-32 per 64 MB chunk, so a restore checks on every core).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import zlib
 from collections.abc import Mapping
 from typing import Any, BinaryIO
 
+from . import buffers as oob
+from .buffers import Damaged as Damaged
 from .store import create_private_file, write_all
 
 PROTOCOL = 5
@@ -72,6 +75,17 @@ def _array_from_buffer(typecode: str, data: Any) -> array.array:
     return result
 
 
+def _bytearray_from_buffer(data: Any) -> bytearray:
+    return data if type(data) is bytearray else bytearray(data)  # the loader already read it into its own bytearray
+
+
+class _Whole:
+    """A variable that is itself a large bytearray: pickled through PickleBuffer so it can leave the stream."""
+
+    def __init__(self, value: bytearray):
+        self.value = value
+
+
 def _memoryview_from_buffer(data: Any, fmt: str, shape: tuple[int, ...], readonly: bool) -> memoryview:
     view = memoryview(data)
     try:
@@ -89,12 +103,13 @@ class Pickler(pickle.Pickler):
     pickled as references that the Unpickler resolves in the namespace.
     """
 
-    def __init__(self, file: Any, refs: dict[int, str], namespace: Mapping[str, Any], module: str):
-        super().__init__(file, protocol=PROTOCOL)
+    def __init__(self, file: Any, refs: dict[int, str], namespace: Mapping[str, Any], module: str, buffer_callback: Any = None):
+        super().__init__(file, protocol=PROTOCOL, buffer_callback=buffer_callback)
         self._refs = refs
         self._namespace = namespace
         self._module = module
         self.modules: set[str] = set()  # modules of the objects pickled: what a restore will import
+        self.whole: pickle.PickleBuffer | None = None  # the buffer of a bytearray variable (see _Whole)
 
     def reducer_override(self, obj: Any) -> Any:
         # Not called for exact bytes/str/int/list/dict/... (the C pickler's fast path), so it costs nothing there.
@@ -103,6 +118,9 @@ class Pickler(pickle.Pickler):
             return _namespace_ref, (name,)
         cls = type(obj)
         self.modules.add(cls.__module__)
+        if cls is _Whole:
+            self.whole = pickle.PickleBuffer(obj.value)
+            return _bytearray_from_buffer, (self.whole,)
         if cls is array.array:
             return _array_from_buffer, (obj.typecode, pickle.PickleBuffer(obj))
         if cls is memoryview:
@@ -136,8 +154,8 @@ class Pickler(pickle.Pickler):
 class Unpickler(pickle.Unpickler):
     """Resolves namespace references (and the namespace's own module name) in `namespace`."""
 
-    def __init__(self, file: Any, namespace: dict):
-        super().__init__(file)
+    def __init__(self, file: Any, namespace: dict, buffers: Any = None):
+        super().__init__(file, buffers=buffers)
         self._namespace = namespace
         self._module = namespace.get("__name__", "__main__")
 
@@ -183,7 +201,10 @@ class ValueWriter:
         self.limit = limit
         self.budget = budget
         self.size = 0
-        self.crc = 0
+        self.checksums = oob.ChunkedCrc()  # of the region being written: the stream, then each buffer
+        self.stream = 0  # bytes of pickle stream; buffers follow it in the file
+        self.stream_chunks: list[int] = []
+        self.spans: list[dict] = []  # offset, size, chunks (and copy) of each out-of-band buffer
         self.memory = bytearray()
         self.fd: int | None = None
         self.spilled = False  # True once the value has its own file
@@ -198,22 +219,51 @@ class ValueWriter:
             if n > self.budget.left:
                 raise OverTotal()
             self.budget.left -= n
-        self.crc = zlib.crc32(view, self.crc)
+        self.checksums.update(view)
         try:
             if self.fd is None and len(self.memory) + n <= SMALL:
                 self.memory += view
             else:
-                if self.fd is None:
-                    self.fd = create_private_file(self.path)
-                    self.spilled = True
-                    write_all(self.fd, self.memory)
-                    self.memory = bytearray()
-                write_all(self.fd, view)
+                write_all(self._spill() if self.fd is None else self.fd, view)
         except OSError as exc:
             self.io_error = exc  # a disk problem: the caller aborts the whole save
             raise
         self.size += n
         return n
+
+    @property
+    def crc(self) -> int:
+        """CRC-32 of a value small enough for the shared file (one chunk)."""
+        return self.checksums.chunks()[0]
+
+    def end_stream(self) -> None:
+        self.stream, self.stream_chunks = self.size, self.checksums.chunks()
+
+    def add_buffers(self, buffers: list[pickle.PickleBuffer], owned: set[int]) -> None:
+        """After the stream: each out-of-band buffer, page-aligned and checksummed on its own, in the value's own file.
+
+        `owned`: id()s of buffers that come back as memory of their own (a bytearray variable), not as a view of the map.
+        """
+        for buffer in buffers:
+            if self.fd is None:
+                self._spill()
+            self.checksums = oob.ChunkedCrc()
+            self.write(bytes(oob.padding(self.size)))  # zeros between regions: not covered by a checksum
+            start, self.checksums = self.size, oob.ChunkedCrc()
+            raw = buffer.raw()
+            self.write(raw)
+            span = {"offset": start, "size": self.size - start, "chunks": self.checksums.chunks()}
+            if id(buffer) in owned:
+                span["copy"] = True
+            self.spans.append(span)
+
+    def _spill(self) -> int:
+        """From memory to the value's own file (past SMALL bytes, or for out-of-band buffers); its fd."""
+        self.fd = fd = create_private_file(self.path)
+        self.spilled = True
+        write_all(fd, self.memory)
+        self.memory = bytearray()
+        return fd
 
     def finish(self) -> None:
         """Make the spilled file durable."""
@@ -239,17 +289,18 @@ class ValueWriter:
 
 
 def dump(value: Any, writer: ValueWriter, refs: dict[int, str], namespace: Mapping[str, Any], module: str) -> list[str]:
-    """Pickle `value` into `writer`; the importable modules its pickle refers to (for a restore to import ahead)."""
-    pickler = Pickler(writer, refs, namespace, module)
-    pickler.dump(value)
-    return sorted(m for m in pickler.modules if m not in ("builtins", module) and m in sys.modules)
+    """Pickle `value` into `writer`, large buffers after the stream; the modules its pickle refers to (for a restore to import ahead)."""
+    buffers: list[pickle.PickleBuffer] = []
+    pickler = Pickler(writer, refs, namespace, module, buffer_callback=oob.out_of_band(buffers))
+    whole = type(value) is bytearray and len(value) >= oob.OOB_MIN  # bytes stay in the stream: read straight into their object
+    pickler.dump(_Whole(value) if whole else value)
+    writer.end_stream()
+    if buffers:
+        writer.add_buffers(buffers, {id(pickler.whole)} if pickler.whole is not None else set())
+    return sorted(m for m in pickler.modules if m not in ("builtins", module, __name__) and m in sys.modules)
 
 
 # -- reading ------------------------------------------------------------------------
-
-
-class Damaged(Exception):
-    """A variable's bytes are not what was saved (size or checksum differ)."""
 
 
 def verify_file(f: BinaryIO, offset: int, size: int, crc: int) -> None:
@@ -275,6 +326,11 @@ def verify_file(f: BinaryIO, offset: int, size: int, crc: int) -> None:
 
 def load(f: BinaryIO, namespace: dict) -> Any:
     return Unpickler(f, namespace).load()
+
+
+def load_file(fd: int, entry: dict, namespace: dict) -> Any:
+    """A value's own file, layout 2 (buffers.py); fd is closed."""
+    return oob.load(fd, entry, lambda file, buffers: Unpickler(file, namespace, buffers))
 
 
 def load_bytes(data: bytes, namespace: dict) -> Any:

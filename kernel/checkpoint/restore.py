@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import pickling as cpickle
+from .buffers import LAYOUT
 from .errors import CheckpointNotFound, UntrustedCheckpoint
 from .manifests import checkpoint_dir, latest_name, list_infos, read_manifest
 from .model import SMALL_FILE, RestoreReport, Skipped
@@ -193,9 +194,10 @@ class _Loader:
                 self.namespace[defines] = before
 
     def _load_value(self, entry: dict) -> Any:
-        file, offset, size, crc = _field(entry, "file", str), _field(entry, "offset", int), _field(entry, "size", int), _field(entry, "crc32", int)
+        file, offset, size = _field(entry, "file", str), _field(entry, "offset", int), _field(entry, "size", int)
         if os.path.basename(file) != file or file.startswith("."):
             raise cpickle.Damaged(f"file name {file!r} in the manifest is not one this kernel writes")
+        crc = _field(entry, "crc32", int) if entry.get("layout") != LAYOUT else 0
         if file == SMALL_FILE:
             blob = self._small_file()
             if len(blob) < offset + size:
@@ -203,7 +205,9 @@ class _Loader:
             segment = blob[offset : offset + size]
             cpickle.check_segment(segment, crc)
             value = cpickle.load_bytes(segment, self.namespace)
-        else:
+        elif entry.get("layout") == LAYOUT:
+            value = cpickle.load_file(self._open(file), entry, self.namespace)
+        else:  # a value file saved before layout 2: one checksum, buffers in the stream
             fd = self._open(file)
             with os.fdopen(fd, "rb") as f:
                 cpickle.verify_file(f, offset, size, crc)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import pickling as cpickle
+from .buffers import LAYOUT
 from .errors import CheckpointError, CheckpointTooLarge, CheckpointWriteError
 from .manifests import checkpoint_dir, read_manifest, remove_leftovers, remove_stale, write_latest, write_manifest
 from .model import DEFAULT_NAME, DEFAULT_SIZE_LIMIT, SMALL_FILE, Manifest, size_text, user_items
@@ -256,13 +257,15 @@ def _write_value(
     except BaseException:
         writer.discard()
         raise
-    entry.update(status="saved", size=writer.size, crc32=writer.crc)
+    entry.update(status="saved", size=writer.size)
     if imports:
         entry["imports"] = imports
     if writer.spilled:
-        entry.update(file=os.path.basename(path), offset=0)
+        # Its own file: buffers out of band, a checksum per chunk (checkpoint/buffers.py).
+        entry.update(file=os.path.basename(path), offset=0, layout=LAYOUT, stream=writer.stream, chunks=writer.stream_chunks,
+                     buffers=writer.spans)
     else:
-        entry.update(file=SMALL_FILE, offset=small.append(writer.memory))
+        entry.update(file=SMALL_FILE, offset=small.append(writer.memory), crc32=writer.crc)
 
 
 def _refund(budget: cpickle.Budget, writer: cpickle.ValueWriter) -> None:

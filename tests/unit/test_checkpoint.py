@@ -27,6 +27,7 @@ from cancelkernel.checkpoint import (
     UntrustedCheckpoint,
     store,
 )
+from cancelkernel.checkpoint import buffers as cbuffers
 from cancelkernel.checkpoint import pickling as cpickle
 
 _cells = iter(range(1, 10**9))
@@ -584,6 +585,66 @@ def test_one_corrupt_variable_file_the_others_come_back(cdir):
     assert all(r.startswith("damaged:") and s.stage == "restore" for r, s in zip(reasons.values(), report.skipped, strict=False))
     assert "checksum" in reasons["big1"] and "truncated" in reasons["big2"] and "missing" in reasons["big3"]
     assert "not restored: damaged" in report.summary()
+
+
+def test_large_buffers_leave_the_stream_are_checked_per_chunk_and_come_back(cdir, monkeypatch):
+    monkeypatch.setattr(cbuffers, "CHUNK", 1 << 20)  # several chunks without hundreds of MB
+    ns = fresh()
+    ns.update(
+        whole=bytearray(os.urandom(3 << 20)),
+        raw=os.urandom(2 << 20),
+        numbers=array.array("d", range(400_000)),
+        view=memoryview(bytearray(os.urandom(2 << 20))),
+        nested={"k": bytearray(b"x" * (2 << 20))},  # inside a container: stays in the stream
+    )
+    checkpoint.save(ns, cdir)
+    for name in ("whole", "numbers", "view"):
+        e = entry(cdir, name)
+        assert e["layout"] == 2 and len(e["buffers"]) == 1 and e["buffers"][0]["offset"] % 4096 == 0, e
+        assert e["stream"] < 4096 and len(e["buffers"][0]["chunks"]) >= 2
+    assert entry(cdir, "whole")["buffers"][0]["copy"] is True and "copy" not in entry(cdir, "view")["buffers"][0]
+    for name in ("raw", "nested"):  # bytes, and buffers inside containers: in the stream, read straight into their objects
+        e = entry(cdir, name)
+        assert e["buffers"] == [] and e["stream"] == e["size"] and len(e["chunks"]) >= 2
+    out = fresh()
+    report = checkpoint.restore(out, cdir)
+    assert not report.skipped
+    for name in ("whole", "raw", "numbers", "nested"):
+        assert type(out[name]) is type(ns[name]) and out[name] == ns[name], name
+    assert out["view"].tobytes() == ns["view"].tobytes() and not out["view"].readonly
+    out["view"][0] = (out["view"][0] + 1) % 256  # copy-on-write: the checkpoint itself is not changed
+    again = fresh()
+    checkpoint.restore(again, cdir)
+    assert again["view"].tobytes() == ns["view"].tobytes()
+
+
+def test_damage_to_an_out_of_band_buffer_is_found_before_unpickling(cdir, monkeypatch):
+    monkeypatch.setattr(cbuffers, "CHUNK", 1 << 20)
+    ns = fresh()
+    ns.update(flipped=bytearray(os.urandom(3 << 20)), cut=bytearray(os.urandom(3 << 20)), outside=bytearray(2 << 20), fine=1)
+    checkpoint.save(ns, cdir)
+    data = data_dir(cdir)
+    flipped = entry(cdir, "flipped")
+    with open(os.path.join(data, flipped["file"]), "r+b") as f:
+        f.seek(flipped["buffers"][0]["offset"] + (2 << 20) + 7)  # in the third chunk
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 1]))
+    with open(os.path.join(data, entry(cdir, "cut")["file"]), "r+b") as f:
+        f.truncate(4 << 10)
+    manifest_path = os.path.join(cdir, "default", "manifest.json")
+    with open(manifest_path) as f:
+        manifest = json.load(f)
+    outside = next(e for e in manifest["entries"] if e["name"] == "outside")
+    outside["buffers"][0]["size"] = outside["size"] * 2
+    os.chmod(manifest_path, 0o600)
+    with open(manifest_path, "w") as f:
+        json.dump(manifest, f)
+    out = fresh()
+    report = checkpoint.restore(out, cdir)
+    reasons = {s.name: s.reason for s in report.skipped}
+    assert report.restored == ["fine"] and set(reasons) == {"flipped", "cut", "outside"}
+    assert "checksum" in reasons["flipped"] and "truncated" in reasons["cut"] and "outside its file" in reasons["outside"]
 
 
 def test_a_damaged_manifest_is_reported(cdir):

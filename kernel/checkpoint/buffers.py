@@ -1,0 +1,139 @@
+"""Large buffers out of band: written after a value's pickle, checked on every core, mapped back copy-on-write.
+
+A value file of layout 2 is `[pickle stream][pad][buffer 0][pad][buffer 1]...`.
+Buffers of at least OOB_MIN bytes (numpy arrays, array.array, memoryview, and a
+variable that is itself a bytearray) leave the stream: the pickler hands them
+over (protocol 5 `buffer_callback`) and they are written raw, page-aligned.
+The stream and each buffer are checksummed in CHUNK-sized pieces, so a restore
+checks them on all cores at once (zlib.crc32 releases the GIL) before anything
+is unpickled.  On restore the file is mapped copy-on-write: arrays come back as
+views of the map (nothing is copied; a page is copied the first time it is
+written); a bytearray is read straight into its own memory; array.array is
+copied out of the map once.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import mmap
+import os
+import pickle
+import typing as t
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+OOB_MIN = 1 << 20
+CHUNK = 64 << 20
+ALIGN = 4096
+LAYOUT = 2
+
+
+class Damaged(Exception):
+    """A variable's bytes are not what was saved (size or checksum differ)."""
+
+
+class ChunkedCrc:
+    """CRC-32 of a byte stream, one per CHUNK bytes (the last chunk may be shorter)."""
+
+    def __init__(self) -> None:
+        self._done: list[int] = []
+        self._crc = 0
+        self._fill = 0
+
+    def update(self, view: memoryview) -> None:
+        while view:
+            take = min(len(view), CHUNK - self._fill)
+            self._crc = zlib.crc32(view[:take], self._crc)
+            self._fill += take
+            view = view[take:]
+            if self._fill == CHUNK:
+                self._done.append(self._crc)
+                self._crc, self._fill = 0, 0
+
+    def chunks(self) -> list[int]:
+        return [*self._done, self._crc] if self._fill or not self._done else list(self._done)
+
+
+def padding(offset: int) -> int:
+    """Bytes of zeros that bring `offset` to the next ALIGN boundary."""
+    return -offset % ALIGN
+
+
+def out_of_band(buffers: list[pickle.PickleBuffer]) -> Callable[[pickle.PickleBuffer], bool]:
+    """The pickler's buffer_callback: large buffers are kept in `buffers` (out of band), small ones stay in the stream."""
+
+    def keep(buffer: pickle.PickleBuffer) -> bool:
+        if buffer.raw().nbytes < OOB_MIN:
+            return True
+        buffers.append(buffer)
+        return False
+
+    return keep
+
+
+def verify(view: memoryview, chunks: list[int]) -> None:
+    """Check every CHUNK of `view` against its CRC-32, in parallel when there are several; Damaged if one differs."""
+    if len(chunks) != max(1, -(-len(view) // CHUNK)):
+        raise Damaged("the manifest's checksums do not cover its bytes")
+    pieces = [view[i * CHUNK : (i + 1) * CHUNK] for i in range(len(chunks))]
+    if len(pieces) == 1:
+        found = [zlib.crc32(pieces[0])]
+    else:
+        workers = min(len(pieces), os.cpu_count() or 1, 8)
+        with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="cancelkernel-crc") as pool:
+            found = list(pool.map(zlib.crc32, pieces))
+    if found != chunks:
+        raise Damaged("its bytes do not match the checksum recorded when it was saved: the file was changed or damaged")
+
+
+def load(fd: int, entry: dict, unpickler: Callable[..., pickle.Unpickler]) -> Any:
+    """Load one layout-2 value file (fd is closed): check every region, then unpickle with the buffers."""
+    try:
+        size, stream, stream_chunks, spans = _layout(entry)
+        actual = os.fstat(fd).st_size
+        if actual < size or size == 0:
+            raise Damaged(f"its file is {actual} bytes, the manifest expects {size}: truncated")
+        mapping = mmap.mmap(fd, size, access=mmap.ACCESS_COPY)
+        view = memoryview(mapping)
+        verify(view[:stream], stream_chunks)
+        buffers: list[Any] = []
+        for offset, length, copy, chunks in spans:
+            if copy:  # a bytearray owns its memory: read it there directly, then check it
+                own = bytearray(length)
+                _read_at(fd, own, offset)
+                verify(memoryview(own), chunks)
+                buffers.append(own)
+            else:
+                verify(view[offset : offset + length], chunks)
+                buffers.append(view[offset : offset + length])
+        with os.fdopen(os.dup(fd), "rb") as f:  # the stream (large bytes in it are read straight into their object)
+            return unpickler(f, buffers=buffers).load()
+    finally:
+        os.close(fd)
+
+
+def _read_at(fd: int, into: bytearray, offset: int) -> None:
+    view, got = memoryview(into), 0
+    while got < len(into):
+        n = os.preadv(fd, [view[got:]], offset + got)
+        if n <= 0:
+            raise Damaged("its file ended early: truncated")
+        got += n
+
+
+def _layout(entry: dict) -> tuple[int, int, list[int], list[tuple[int, int, bool, list[int]]]]:
+    size, stream, chunks, spans = entry.get("size"), entry.get("stream"), entry.get("chunks"), entry.get("buffers")
+    if not (isinstance(size, int) and isinstance(stream, int) and _crcs(chunks) and isinstance(spans, list)) or not 0 <= stream <= size:
+        raise Damaged("the manifest entry has no valid layout (size, stream, chunks, buffers)")
+    checked = []
+    for span in spans:
+        ok = isinstance(span, dict) and all(isinstance(span.get(k), int) and span[k] >= 0 for k in ("offset", "size"))
+        if not ok or span["offset"] + span["size"] > size or not _crcs(span.get("chunks")):
+            raise Damaged(f"the manifest names a buffer {span!r} outside its file")
+        checked.append((span["offset"], span["size"], bool(span.get("copy")), span["chunks"]))
+    return size, stream, t.cast("list[int]", chunks), checked
+
+
+def _crcs(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(c, int) for c in value)
