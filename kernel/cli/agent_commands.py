@@ -66,6 +66,8 @@ def _run_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("--checkpoint", choices=["off", "before-risky", "after-ok"], default="off", help="automatic checkpoints (default: %(default)s)")
     p.add_argument("--allow-errors", action="store_true", help="keep going after a failing cell; plain errors then do not fail the run")
+    p.add_argument("--no-spare", dest="spare", action="store_false",
+                   help="no warm spare kernel (a restart is then a cold start; saves one idle kernel's memory)")
     return p
 
 
@@ -112,7 +114,7 @@ def exec_main(argv: list[str] | None = None) -> int:
         from ..agent.client import AgentKernel
 
         code = args.code if args.code is not None else _read_code(args.file)
-        ak = AgentKernel(log=args.log, **_agent_options(args))
+        ak = AgentKernel(log=args.log, spare=False, **_agent_options(args))  # one cell: a spare would start after it, for nothing
     except AgentError as exc:
         print(f"cancelkernel exec: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -174,7 +176,7 @@ def run_main(argv: list[str] | None = None) -> int:
     try:
         from ..agent.client import AgentKernel
 
-        AgentKernel(checkpoint=args.checkpoint, **_agent_options(args))  # checks every option before anything starts
+        AgentKernel(checkpoint=args.checkpoint, spare=args.spare, **_agent_options(args))  # checks every option before anything starts
         outcomes = run_notebooks(
             args.notebooks,
             jobs=args.jobs,
@@ -183,6 +185,7 @@ def run_main(argv: list[str] | None = None) -> int:
             allow_errors=args.allow_errors,
             progress=lambda line: print(line, file=sys.stderr, flush=True),
             checkpoint=args.checkpoint,
+            spare=args.spare,
             **_agent_options(args),
         )
     except BadInputError as exc:

@@ -54,6 +54,15 @@ def test_run_notebook_with_runaway_cells(tmp_path: Any, capsys: pytest.CaptureFi
     assert "restarted" in report and "sum(range(10**12))" in report
     assert nb.cells[5].outputs[0]["text"] == "after the restart\n"
     assert [r["action"] for r in read_log(log)] == ["interrupt", "interrupt", "restart"]
+    assert read_log(log)[-1]["timings"]["spare"] is True  # three cells before the wedge: the warm spare was ready
+
+
+def test_run_without_a_spare_restarts_cold(tmp_path: Any) -> None:
+    src, log = os.path.join(str(tmp_path), "nb.ipynb"), os.path.join(str(tmp_path), "agent.jsonl")
+    _notebook(src)
+    assert run_main([src, "-o", os.path.join(str(tmp_path), "out.ipynb"), "--log", log, "--allow-errors", "--no-spare"]) == 1
+    restart = read_log(log)[-1]
+    assert restart["action"] == "restart" and restart["timings"]["spare"] is False
 
 
 def test_run_notebook_stops_at_the_first_failure(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
