@@ -144,10 +144,8 @@ class LocalLifecycle:
     def prepare_spare(self, *, again: bool) -> None:
         """Have the ready spare import the latest checkpoint's modules (once, or `again` after a new save)."""
         spare = self._spare
-        if spare is None or (spare.prepared_for is not None and not again):
-            return
-        if spare.send_prepare({"action": "prepare"}):
-            spare.prepared_for = "latest"
+        if spare is not None and (again or not spare.prepare_requested):
+            spare.request_prepare({"action": "prepare"})
 
     def _swap_in_spare(self) -> bool:
         """Kill the kernel's process group and put the spare in its place; False (with the reason noted) if there is no usable spare."""

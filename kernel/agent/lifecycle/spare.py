@@ -35,7 +35,7 @@ class SpareKernel:
         self.km: KernelManager | None = None
         self.client: BlockingKernelClient | None = None
         self.error: str | None = None
-        self.prepared_for: str | None = None  # the checkpoint whose modules the spare was asked to import
+        self._prepare: dict | None = None  # a checkpoint_request to send once the spare is ready (and again after each save)
         self._thread = threading.Thread(target=self._start, name="cancelkernel-spare", daemon=True)
         self._thread.start()
 
@@ -54,6 +54,8 @@ class SpareKernel:
                     _release(client, km)
                 else:
                     self.km, self.client = km, client
+                    if self._prepare is not None:
+                        _send(client, self._prepare)
         finally:
             self._done.set()
 
@@ -97,13 +99,20 @@ class SpareKernel:
         _release(client, km)
         self._thread.join(self.ready_timeout + 10)
 
-    def send_prepare(self, content: dict) -> bool:
-        """Ask the idle spare to import a checkpoint's modules now, without waiting for its answer."""
-        client = self.client
-        if not self.ready or client is None:
-            return False
-        client.shell_channel.send(client.session.msg(protocol.CHECKPOINT_REQUEST, content))
-        return True
+    @property
+    def prepare_requested(self) -> bool:
+        return self._prepare is not None
+
+    def request_prepare(self, content: dict) -> None:
+        """Have the idle spare import a checkpoint's modules: now if it is ready, else as soon as it is (never waits for the answer)."""
+        with self._lock:
+            self._prepare = content
+            if self.client is not None and not self._given:
+                _send(self.client, content)
+
+
+def _send(client: BlockingKernelClient, content: dict) -> None:
+    client.shell_channel.send(client.session.msg(protocol.CHECKPOINT_REQUEST, content))
 
 
 def _release(client: BlockingKernelClient | None, km: KernelManager | None) -> None:
