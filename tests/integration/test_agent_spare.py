@@ -95,3 +95,23 @@ def test_a_spare_that_cannot_start_falls_back_to_a_cold_restart(tmp_path: Any, m
         assert "could not be used" in r.notes[0], r.notes
         assert ak.run("print(1)").text == "1\n"
         assert json.loads(count.read_text()) >= 3
+
+
+def test_the_spare_imports_the_checkpoints_modules_before_it_is_needed(tmp_path: Any) -> None:
+    (tmp_path / "ck_spare_mod.py").write_text("class Thing:\n    pass\n")
+    env = {"JUPYTER_RUNTIME_DIR": str(tmp_path), "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
+    with agent("cancelkernel", extra_arguments=kernel_args("cancelkernel"), env=env) as ak:
+        assert ak.run("from ck_spare_mod import Thing\nthing = Thing()").status == "ok"
+        ak.save_checkpoint()
+        spare_pid(ak, wait=30)
+        client = ak.link.lifecycle.spare.client
+        probe = "'ck_spare_mod' in __import__('sys').modules"
+        deadline = time.monotonic() + 30
+        while True:  # the prepare request is answered in the background; poll the idle spare without touching its namespace
+            reply = client.execute_interactive("", silent=True, user_expressions={"m": probe}, timeout=30)
+            if reply["content"]["user_expressions"]["m"]["data"]["text/plain"] == "True" or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert reply["content"]["user_expressions"]["m"]["data"]["text/plain"] == "True"
+        r = ak.run(WEDGE, wall_budget=0.5)
+        assert (r.status, r.state) == ("restarted", "restored") and "thing" in r.restored
