@@ -74,7 +74,7 @@ REASON_SHUTDOWN = "shutdown"
 CANCEL_REASONS = (REASON_REQUEST, REASON_SIGNAL, REASON_WALL_BUDGET, REASON_QUIET_BUDGET, REASON_DEADLINE, REASON_SHUTDOWN)
 BUDGET_REASONS = (REASON_WALL_BUDGET, REASON_QUIET_BUDGET)
 
-# -- events published on iopub (display_data with EVENT_MIME) --------------------------
+# -- events (iopub display_data `transient`, docs/protocol.md "Events") -----------------
 
 EVENT_MIME = "application/vnd.cancelkernel.event+json"
 
@@ -85,6 +85,18 @@ EVENT_ABANDONED = "abandoned"
 EVENT_STACK = "stack"
 
 EVENTS = (EVENT_INTERRUPT, EVENT_RUNAWAY, EVENT_UNRESPONSIVE, EVENT_ABANDONED, EVENT_STACK)
+# Events a person sees: published as a one-line note (display_data text/plain + text/html), the
+# event itself in the message's `transient` (never saved into a notebook).  An interrupt is not
+# one of them: it is in the reply metadata and cancel_status only.
+SHOWN_EVENTS = (EVENT_RUNAWAY, EVENT_UNRESPONSIVE, EVENT_ABANDONED, EVENT_STACK)
+# The note's text/html is one <div class=NOTE_CLASS>: how a reader of a saved notebook tells a note from the cell's output.
+NOTE_CLASS = "cancelkernel-note"
+
+# Why a cell still runs a grace period after its interrupt (unresponsive / abandoned event "why").
+UNRESPONSIVE_CAUGHT = "caught"  # its code caught the interrupt and goes on
+UNRESPONSIVE_BLOCKED = "blocked"  # blocked in a call the interrupt cannot reach yet
+UNRESPONSIVE_ABANDONED = "abandoned"  # worker mode: blocked in C, its exec thread was given up on and replaced
+UNRESPONSIVE_WHYS = (UNRESPONSIVE_CAUGHT, UNRESPONSIVE_BLOCKED, UNRESPONSIVE_ABANDONED)
 
 # Why the kernel took a stack (cancel_status_reply last_stack.why).
 STACK_RUNAWAY = "runaway"

@@ -12,7 +12,7 @@ from importlib import resources
 from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 
 from ..durations import DurationError, parse_duration
-from ..protocol import PROTOCOL_VERSION
+from ..protocol import KERNEL_PROTOCOL_VERSION, PROTOCOL_VERSION
 
 DEFAULT_NAME = "cancelkernel"
 DEFAULT_DISPLAY_NAME = "Python 3 (cancelkernel)"
@@ -55,9 +55,13 @@ def kernel_json(
         if interrupt_mode not in INTERRUPT_MODES:
             raise InstallError(f"--interrupt-mode must be one of {', '.join(INTERRUPT_MODES)}, not {interrupt_mode!r}")
         spec["interrupt_mode"] = interrupt_mode
+    # What stock ipykernel's kernel.json says too: Jupyter Server shows kernel_protocol_version, clients read the metadata.
+    spec["kernel_protocol_version"] = KERNEL_PROTOCOL_VERSION
     spec["metadata"] = {
         # The debugger needs user code on the main thread.
         "debugger": exec_thread == "main",
+        # ipykernel's app, which ours is, takes CurveZMQ keys from the connection file.
+        "supported_encryption": ["curve"],
         "cancelkernel": {"protocol_version": PROTOCOL_VERSION, "exec_thread": exec_thread},
     }
     return spec

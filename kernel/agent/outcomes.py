@@ -67,9 +67,10 @@ class Outcomes:
             self._kernel_reason(meta)
         sent = self.interrupt.sent_at if self.interrupt else (self.kernel_interrupt_at or self.wire.started)
         latency = (self.reply_at or self.clock()) - sent
-        if self.interrupt is None and self.kernel_interrupt_elapsed is not None and isinstance(meta.get("elapsed"), (int, float)):
-            latency = max(0.0, float(meta["elapsed"]) - self.kernel_interrupt_elapsed)  # both on the kernel's clock
-        if self.interrupt is not None or self.kernel_interrupt_at is not None:
+        kernel_sent = meta.get("interrupted_after") if isinstance(meta.get("interrupted_after"), (int, float)) else self.kernel_interrupt_elapsed
+        if self.interrupt is None and kernel_sent is not None and isinstance(meta.get("elapsed"), (int, float)):
+            latency = max(0.0, float(meta["elapsed"]) - float(kernel_sent))  # both on the kernel's clock
+        if self.interrupt is not None or self.kernel_interrupt_at is not None or (kernel_stopped and kernel_sent is not None):
             res.interrupt_latency = round(latency, 4)
         if meta.get("abandoned_thread") and not self.p.accept_abandoned_threads and self._abandoned_alive(meta):
             return self._escalate(

@@ -7,7 +7,7 @@ import typing as t
 from dataclasses import asdict, dataclass, field, fields
 
 from ..protocol import AGENT_REASONS as REASONS
-from ..protocol import EVENT_MIME, STATES, STATUSES
+from ..protocol import STATES, STATUSES
 
 __all__ = ["CellResult", "REASONS", "STATES", "STATUSES"]
 
@@ -47,6 +47,7 @@ class CellResult:
     output_bytes_dropped: int = 0
     timings: dict[str, t.Any] = field(default_factory=dict)  # after a restart: seconds from the decision to each step
     notes: list[str] = field(default_factory=list)  # what could not be had (e.g. a remote kernel's stack dump), said, never faked
+    events: list[dict] = field(default_factory=list)  # our kernel's events about this cell (runaway, unresponsive, ...), in order
 
     @property
     def ok(self) -> bool:
@@ -69,11 +70,6 @@ class CellResult:
                 if plain is not None:
                     parts.append(plain if plain.endswith("\n") else plain + "\n")
         return "".join(parts)
-
-    @property
-    def events(self) -> list[dict]:
-        """The kernel's cancelkernel events (runaway warnings, interrupts) among the outputs."""
-        return [out["data"][EVENT_MIME] for out in self.outputs if EVENT_MIME in out.get("data", {})]
 
     def output_size(self) -> int:
         """Bytes of the outputs as JSON: the 'partial output size' of the log."""

@@ -183,8 +183,7 @@ class CellRun(Outcomes):
             return None
         if parent != self.msg_id:
             return None
-        data = (msg.get("content") or {}).get("data") or {}
-        event = data.get(EVENT_MIME) if isinstance(data, dict) else None
+        event = kernel_event(msg.get("content") or {})
         if self.collector.add(msg) and event is None:
             self.wire.output_seen()  # the kernel's own events are not the cell speaking
             self.watch.last_output = self.wire.last_output
@@ -193,6 +192,7 @@ class CellRun(Outcomes):
         return None
 
     def _kernel_event(self, event: dict) -> None:
+        self.res.events.append(event)
         kind = event.get("event")
         if kind == EVENT_INTERRUPT or (kind == EVENT_RUNAWAY and event.get("action") == "interrupt"):
             self.kernel_interrupted = True
@@ -257,4 +257,11 @@ class CellRun(Outcomes):
             return "the kernel could not be interrupted (no control channel answer and no signal path)"
         return f"the interrupt did not stop the cell within {waited:.1f} s (it was swallowed or ignored)"
 
-    # -- outcomes --
+
+def kernel_event(content: dict) -> dict | None:
+    """Our kernel's event in an iopub message: in `transient` (it is never saved into a notebook), or in `data` (older kernels)."""
+    for part in (content.get("transient"), content.get("data")):
+        event = part.get(EVENT_MIME) if isinstance(part, dict) else None
+        if isinstance(event, dict):
+            return event
+    return None

@@ -1,17 +1,26 @@
-"""The events the kernel publishes into a cell (iopub display_data, MIME protocol.EVENT_MIME).
+"""The events the kernel tells about a cell, and the one-line notes a person sees for some of them.
 
-Each is a JSON object with `event`, `execution`, `elapsed` and a one-line
-`message` a human understands (also sent as text/plain).  Documented in
-docs/protocol.md.
+An event is a JSON object (`event`, `execution`, `elapsed`, `time`, a
+one-line `message`, and fields per kind), documented in docs/protocol.md.
+The events a person needs (a budget trip, an unresponsive or abandoned
+cell, a held GIL: protocol.SHOWN_EVENTS) are published as a quiet note,
+`display_data` with `text/plain` and escaped `text/html` only, the event
+itself in the message's `transient` (front ends never render nor save it).
+An interrupt is no note: it is in the reply metadata and cancel_status.
 """
 
 from __future__ import annotations
 
+import html
 import time
 
 from .. import protocol
-from ..frames import Frame, as_dicts, describe
+from ..frames import Frame, as_dicts
 from ..runtime.execution import Execution
+from . import texts
+
+# Readable in light and dark themes (no colours of its own), in JupyterLab, Notebook 7, VS Code and nbconvert.
+NOTE_STYLE = "font-size: 0.9em; font-style: italic; opacity: 0.85; margin: 0.2em 0;"
 
 
 def _base(kind: str, execution: Execution, message: str) -> dict:
@@ -24,44 +33,36 @@ def _base(kind: str, execution: Execution, message: str) -> dict:
     }
 
 
-def interrupt(execution: Execution) -> dict:
-    state = execution.cancel
-    event = _base(protocol.EVENT_INTERRUPT, execution, f"interrupt sent ({state.reason}), interrupt #{state.interrupts_sent}")
-    event.update(reason=state.reason, interrupts_sent=state.interrupts_sent)
-    return event
-
-
 def runaway(execution: Execution, reason: str, frames: list[Frame], *, interrupting: bool) -> dict:
     budget = execution.budgets.wall if reason == protocol.REASON_WALL_BUDGET else execution.budgets.quiet
-    what = "ran past its wall budget" if reason == protocol.REASON_WALL_BUDGET else "was silent past its quiet budget"
-    then = "interrupting it once" if interrupting else "warning only (on_runaway=warn)"
-    event = _base(protocol.EVENT_RUNAWAY, execution, f"runaway: the cell {what} of {budget:g} s at {describe(frames)}; {then}")
+    event = _base(protocol.EVENT_RUNAWAY, execution, texts.runaway_note(execution, reason, frames, interrupting=interrupting))
     event.update(reason=reason, budget=budget, action="interrupt" if interrupting else "warn", stack=as_dicts(frames))
     return event
 
 
-def unresponsive(execution: Execution, frames: list[Frame], grace: float) -> dict:
-    message = (
-        f"interrupt did not stop the cell within {grace:g} s; it is still running at {describe(frames)}. "
-        "The kernel will not interrupt it again: restart the kernel to stop it."
-    )
-    event = _base(protocol.EVENT_UNRESPONSIVE, execution, message)
-    event.update(state=protocol.STATE_UNRESPONSIVE, stack=as_dicts(frames))
+def unresponsive(execution: Execution, why: str, frames: list[Frame], grace: float) -> dict:
+    """The interrupt did not stop the cell within `grace`: `why` is protocol.UNRESPONSIVE_*."""
+    kind = protocol.EVENT_ABANDONED if why == protocol.UNRESPONSIVE_ABANDONED else protocol.EVENT_UNRESPONSIVE
+    event = _base(kind, execution, texts.unresponsive_note(execution, why, frames, grace))
+    event.update(why=why, stack=as_dicts(frames))
+    if kind == protocol.EVENT_UNRESPONSIVE:
+        event["state"] = protocol.STATE_UNRESPONSIVE
     return event
 
 
-def abandoned(execution: Execution, frames: list[Frame], grace: float) -> dict:
-    message = (
-        f"the exec thread ignored the interrupt for {grace:g} s (blocked at {describe(frames)}); "
-        "it was abandoned and replaced by a new exec thread; your variables are kept"
-    )
-    event = _base(protocol.EVENT_ABANDONED, execution, message)
-    event.update(stack=as_dicts(frames))
+def gil_held(execution: Execution, frames: list[Frame], seconds: float, path: str) -> dict:
+    """faulthandler dumped the cell while one C call held the GIL for `seconds`."""
+    event = _base(protocol.EVENT_STACK, execution, texts.gil_note(execution, frames, seconds))
+    event.update(stack=as_dicts(frames), dump_file=path, gil_held=round(seconds, 3))
     return event
 
 
-def dumped(execution: Execution, frames: list[Frame], path: str) -> dict:
-    message = f"stack dumped while the kernel was unresponsive (GIL held): it was at {describe(frames)}"
-    event = _base(protocol.EVENT_STACK, execution, message)
-    event.update(stack=as_dicts(frames), dump_file=path)
-    return event
+def note_content(event: dict) -> dict:
+    """display_data content of the note a person sees for `event`."""
+    line = f"cancelkernel: {event['message']}"
+    markup = f'<div class="{protocol.NOTE_CLASS}" style="{NOTE_STYLE}">{html.escape(line)}</div>'
+    return {
+        "data": {"text/plain": line, "text/html": markup},
+        "metadata": {},
+        "transient": {protocol.EVENT_MIME: event},
+    }

@@ -1,8 +1,8 @@
 """CancelKernel: ipykernel's IPythonKernel wired to the runtime.
 
 It owns nothing but the wiring: `interrupt_request` (optionally targeted),
-`cancel_status_request`, `checkpoint_request`, execute_reply metadata, events
-on iopub.  The runtime runs, watches and stops the code; the checkpoint
+`cancel_status_request`, `checkpoint_request`, execute_reply metadata, the
+notes a person sees (events.py says which).  The runtime runs, watches and stops the code; the checkpoint
 package saves state; metadata.py says what a reply contains.
 """
 
@@ -28,6 +28,7 @@ from ..frames import Frame
 from ..runtime.execution import Budgets, Execution, StackRecord
 from ..runtime.runtime import Runtime
 from . import events, metadata, upstream
+from .comms import CommStatus, honour_frontend_subshell
 from .control import ControlRequests
 from .interrupts import PendingCancels
 from .options import KernelOptions
@@ -40,7 +41,7 @@ from .texts import interrupt_message
 SHUTDOWN_DEADLINE = 3.0
 
 
-class CancelKernel(ControlRequests, KernelOptions, IPythonKernel):
+class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
     """An IPython kernel whose cells can always be stopped."""
 
     shell_class = CancelShell
@@ -58,8 +59,11 @@ class CancelKernel(ControlRequests, KernelOptions, IPythonKernel):
         shell = self.shell
         assert isinstance(shell, CancelShell)
         _log_to(self.log)
+        honour_frontend_subshell()  # widgets answer on the subshell JupyterLab chose (comms.py)
         self._shutting_down = False
         self._last_stack: dict | None = None
+        # Held while a note is published and while a cell's traceback closes its notes: a note comes before it or never.
+        self._notes_lock = threading.Lock()
         self._parents: dict[str, dict] = {}
         self._reply_metadata: dict[str, dict] = {}
         self._aborted_before_reply = False
@@ -80,6 +84,7 @@ class CancelKernel(ControlRequests, KernelOptions, IPythonKernel):
         self.runtime.sigint.register_run_code(upstream.run_code_like_ipython.__code__)
         shell.runtime = self.runtime
         shell.on_output = self.runtime.output_seen
+        shell.on_traceback = self.close_notes
         connect_streams(shell, self.runtime.output_seen, [sys.stdout, sys.stderr])
         self.checkpoints = ShellCheckpoints(shell, CheckpointSettings(parent=self))
         register_checkpoint_magics(shell, self.checkpoints)
@@ -136,20 +141,15 @@ class CancelKernel(ControlRequests, KernelOptions, IPythonKernel):
 
     # -- what the runtime tells us (RuntimeListener) --
 
-    def cancelled(self, execution: Execution) -> None:
-        """After every interrupt: tell the cell."""
-        self._publish_event(execution, events.interrupt(execution))
-
     def tripped(self, execution: Execution, reason: str, interrupting: bool) -> None:
-        """A budget tripped (watchdog thread): say so in the cell, with the stack."""
+        """A budget tripped (watchdog thread, before the interrupt): say so in the cell, with the stack."""
         frames = self._remember(execution, execution.stack)
-        self._publish_event(execution, events.runaway(execution, reason, frames, interrupting=interrupting))
+        self._publish_note(execution, events.runaway(execution, reason, frames, interrupting=interrupting))
 
-    def unresponsive(self, execution: Execution, abandoned: bool) -> None:
-        """The interrupt did not stop the cell within the grace period (watchdog thread)."""
+    def unresponsive(self, execution: Execution, why: str) -> None:
+        """The interrupt did not stop the cell within the grace period (watchdog thread): say why, and where it is."""
         frames = self._remember(execution, execution.stack)
-        event = events.abandoned if abandoned else events.unresponsive
-        self._publish_event(execution, event(execution, frames, self.interrupt_grace))
+        self._publish_note(execution, events.unresponsive(execution, why, frames, self.interrupt_grace))
 
     def _remember(self, execution: Execution, record: StackRecord | None) -> list[Frame]:
         if record is None:
@@ -157,12 +157,23 @@ class CancelKernel(ControlRequests, KernelOptions, IPythonKernel):
         self._last_stack = metadata.stack_record(execution, record)
         return record.frames
 
-    def _publish_event(self, execution: Execution, event: dict) -> None:
-        parent = self._parents.get(execution.msg_id)
-        if self.session is None or parent is None:
-            return
-        content = {"data": {protocol.EVENT_MIME: event, "text/plain": event["message"]}, "metadata": {}, "transient": {}}
-        self.session.send(self.iopub_socket, "display_data", json_clean(content), parent=parent, ident=self._topic("display_data"))
+    def _publish_note(self, execution: Execution, event: dict, *, last: bool = False) -> None:
+        """A note into the cell `execution`, while it runs: never after its traceback, never into another cell.
+
+        `last`: the cell's final note, after everything else it showed.
+        """
+        with self._notes_lock:
+            parent = self._parents.get(execution.msg_id)
+            if self.session is None or parent is None or (execution.notes_closed and not last):
+                return
+            content = json_clean(events.note_content(event))
+            self.session.send(self.iopub_socket, "display_data", content, parent=parent, ident=self._topic("display_data"))
+
+    def close_notes(self, execution: Execution | None) -> None:
+        """The cell's traceback is about to be shown (or the cell ended): no live note may follow it."""
+        if execution is not None:
+            with self._notes_lock:
+                execution.notes_closed = True
 
     # -- execution --
 
@@ -196,14 +207,16 @@ class CancelKernel(ControlRequests, KernelOptions, IPythonKernel):
             with self._start_lock:
                 if self.pending_cancels.take(msg_id):
                     self._parents.pop(msg_id, None)
-                    return self._cancelled_before_start(msg_id)
+                    return self._cancelled_before_start(msg_id, self._count_as_run(code, silent, store_history))
                 execution = self.runtime.begin(msg_id, code, budgets, subshell_id=subshell_id)
         except directives.BudgetError as exc:
-            return self._refuse(msg_id, directives.BudgetError, f"{exc} (the cell was not run)")
+            count = self._count_as_run(code, silent, store_history)
+            return self._refuse(msg_id, directives.BudgetError, f"{exc} (the cell was not run)", count)
         except Exception as exc:  # noqa: BLE001 - never a missing reply
             self.log.exception("cancelkernel: preparing cell %s failed", msg_id)
             self._parents.pop(msg_id, None)
-            return self._refuse(msg_id, InternalError, internal_error_text("to prepare the cell (it was not run)", exc))
+            count = self._count_as_run(code, silent, store_history)
+            return self._refuse(msg_id, InternalError, internal_error_text("to prepare the cell (it was not run)", exc), count)
         try:
             try:
                 reply = await upstream.run_cell_like_stock(
@@ -214,6 +227,7 @@ class CancelKernel(ControlRequests, KernelOptions, IPythonKernel):
                 # Last line of defence: an interrupt that escaped the shell still gets a reply.
                 reply = self._escaped_interrupt_reply(execution, exc)
         finally:
+            self.close_notes(execution)
             self.runtime.end(execution)
             self.pending_cancels.finished(msg_id)
         try:
@@ -229,8 +243,11 @@ class CancelKernel(ControlRequests, KernelOptions, IPythonKernel):
         """After the cell: its report, a dump taken while it ran, autosave, the reply metadata."""
         if execution.report is not None and reply.get("status") == "error":
             reply["ename"], reply["evalue"] = execution.report.ename, execution.report.evalue
+        held = self.runtime.gil_held(execution)
         if execution.dump is not None:
-            self._publish_event(execution, events.dumped(execution, self._remember(execution, execution.dump), self.runtime.dumps.path))
+            frames = self._remember(execution, execution.dump)
+            if held and not (execution.report is not None and execution.report.told_gil):
+                self._publish_note(execution, events.gil_held(execution, frames, held, self.runtime.dumps.path), last=True)
         autosaved = None if silent else maybe_autosave(self.checkpoints, reply.get("status"))
         if before or autosaved:
             execution.checkpoint = {"before": before, "autosave": autosaved}
@@ -244,20 +261,31 @@ class CancelKernel(ControlRequests, KernelOptions, IPythonKernel):
         magic = directives.parse_directive(line) if line else directives.CellDirectives()
         return directives.merge(defaults, meta, magic)
 
-    def _refuse(self, msg_id: str, etype: type, evalue: str) -> dict:
-        """The cell is not run: say why in the cell; the shell's counter does not move."""
+    def _count_as_run(self, code: str, silent: bool, store_history: bool) -> int:
+        """A cell answered without running still takes its execution count and history entry, as stock's error cells do."""
+        shell = self.shell
+        assert shell is not None
+        count = shell.execution_count
+        if store_history and not silent:
+            if shell.history_manager is not None:
+                shell.history_manager.store_inputs(count, code, code)
+            shell.execution_count += 1
+        return count
+
+    def _refuse(self, msg_id: str, etype: type, evalue: str, count: int) -> dict:
+        """The cell is not run: say why in the cell."""
         assert self.shell is not None
         self.pending_cancels.finished(msg_id)
         self._reply_metadata[msg_id] = metadata.refused_metadata(msg_id)
-        return error_reply(self.shell, etype, evalue, self.shell.execution_count)
+        return error_reply(self.shell, etype, evalue, count)
 
-    def _cancelled_before_start(self, msg_id: str) -> dict:
+    def _cancelled_before_start(self, msg_id: str, count: int) -> dict:
         """An interrupt named this cell before it started: it never runs user code."""
         assert self.shell is not None
         self.pending_cancels.finished(msg_id)
         self._reply_metadata[msg_id] = metadata.cancelled_before_start_metadata(msg_id, self.exec_thread)
         evalue = "cell cancelled before it started: an interrupt_request named it while it waited"
-        return error_reply(self.shell, KeyboardInterrupt, evalue, self.shell.execution_count)
+        return error_reply(self.shell, KeyboardInterrupt, evalue, count)
 
     def _escaped_interrupt_reply(self, execution: Execution, exc: BaseException) -> dict:
         etype = asyncio.CancelledError if isinstance(exc, asyncio.CancelledError) else KeyboardInterrupt

@@ -39,6 +39,8 @@ def reply_metadata(execution: Execution, reply: dict, exec_thread: str) -> dict:
         "stopped_at": stopped_at(frames) if frames else None,
         "stack": as_dicts(frames) if frames else None,
         "interrupts_sent": execution.cancel.interrupts_sent,
+        # Seconds from the start to the first interrupt (the kernel's clock): elapsed minus this is how long stopping took.
+        "interrupted_after": round(execution.cancel.time - execution.started, 6) if execution.cancel.time is not None else None,
         "abandoned_thread": execution.abandoned_thread,
         "exec_thread": exec_thread,
         "budgets": {
@@ -56,6 +58,10 @@ def reply_metadata(execution: Execution, reply: dict, exec_thread: str) -> dict:
         metadata["tripped"] = execution.watch.tripped
     if execution.watch.unresponsive:
         metadata["unresponsive"] = True
+        metadata["unresponsive_why"] = execution.watch.unresponsive_why
+    if execution.dump is not None and execution.watch.starved:
+        # faulthandler's stack and the watchdog kept from running: one C call held the GIL this long.
+        metadata["gil_held"] = round(execution.watch.starved, 3)
     if execution.checkpoint:
         metadata["checkpoint"] = {"before": execution.checkpoint.get("before"), "autosave": execution.checkpoint.get("autosave")}
     return metadata

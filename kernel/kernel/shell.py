@@ -24,7 +24,7 @@ from ..runtime.execution import CellInterrupt, Execution, InterruptReport
 from ..runtime.executors import run_here
 from ..runtime.stacks import from_traceback
 from .streams import CancelDisplayPublisher
-from .texts import interrupt_heading, interrupt_message
+from .texts import interrupt_message
 from .upstream import run_code_like_ipython
 
 
@@ -36,6 +36,8 @@ class CancelShell(ZMQInteractiveShell):
 
     # Called with the msg_id of the cell when an error is shown (set by the kernel): an error is output too.
     on_output: Callable[[str | None], None] | None = None
+    # Called with the cell's execution just before its traceback is shown (set by the kernel: no live note after it).
+    on_traceback: Callable[[Execution | None], None] | None = None
 
     async def run_code(self, code_obj: types.CodeType, result: Any = None, *, async_: bool = False) -> bool:
         """Execute a code object; on an exception show a traceback and return True."""
@@ -65,35 +67,44 @@ class CancelShell(ZMQInteractiveShell):
             return True
         return False
 
+    def current_execution(self) -> Execution | None:
+        """The execution whose code this shell runs now (the parent shell's, or this subshell thread's)."""
+        if self.runtime is None:
+            return None
+        return self.runtime.core.on_thread(self.runtime.executor.exec_thread_id) or self.runtime.core.on_thread(threading.get_ident())
+
     def _interrupted_execution(self, exc: BaseException) -> Execution | None:
         """The execution this exception interrupted, if it is one of our interrupts."""
         if isinstance(exc, CellInterrupt) and exc.execution is not None:
             return exc.execution
-        if self.runtime is None:
-            return None
-        execution = self.runtime.core.on_thread(self.runtime.executor.exec_thread_id) or self.runtime.core.on_thread(threading.get_ident())
+        execution = self.current_execution()
         if execution is not None and execution.cancelled and isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):
             return execution  # e.g. input() re-raises a plain KeyboardInterrupt
         return None
 
     def show_interrupt(self, execution: Execution, exc: BaseException) -> None:
-        """Publish a short error for an interrupted cell: where it stopped, why, after how long."""
+        """Publish a short error for an interrupted cell: where it stopped, why, after how long (said once)."""
         frames = from_traceback(exc.__traceback__, self.cell_label)
+        if not frames and execution.stack is not None:
+            frames = execution.stack.frames  # raised from outside its thread (abandoned): where it was blocked
         ename = "CancelledError" if isinstance(exc, asyncio.CancelledError) else "KeyboardInterrupt"
-        evalue = interrupt_message(execution, str(exc))
-        stb = [f"\x1b[31m{ename}\x1b[0m  interrupted, {interrupt_heading(execution)}"]
+        gil_held = self.runtime.gil_held(execution) if self.runtime is not None else 0.0
+        evalue = interrupt_message(execution, gil_held)
+        stb = [f"\x1b[31m{ename:<42}\x1b[0mTraceback (most recent call last)"]
         stb += format_frames(frames, color=True)
         stb.append(f"\x1b[31m{ename}\x1b[0m: {evalue}")
-        execution.report = InterruptReport(ename, evalue, frames)
+        execution.report = InterruptReport(ename, evalue, frames, told_gil=bool(gil_held))
         # IPython formats the exception again for its history (ultratb, ~10 ms and
         # growing with depth) unless the exception renders itself.
         try:
             exc._render_traceback_ = lambda: stb  # type: ignore[attr-defined]
         except AttributeError:
             pass
-        self._showtraceback(type(exc), evalue, stb)
+        self._showtraceback(type(exc), evalue, stb, execution)
 
-    def _showtraceback(self, etype: type, evalue: object, stb: list[str]) -> None:
+    def _showtraceback(self, etype: type, evalue: object, stb: list[str], execution: Execution | None = None) -> None:
+        if self.on_traceback is not None:
+            self.on_traceback(execution or self.current_execution())
         if self.on_output is not None:
             self.on_output(None)
         super()._showtraceback(etype, evalue, stb)

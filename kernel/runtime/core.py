@@ -36,12 +36,11 @@ ASYNC_ESCALATION = 0.05
 class CancellationCore:
     """Scopes every cancel to one execution and delivers it to where its code runs."""
 
-    def __init__(self, *, signal_children: bool = True, on_cancel: Callable[[Execution], None] | None = None):
+    def __init__(self, *, signal_children: bool = True):
         self._lock = threading.Lock()
         self._gens = itertools.count(1)
         self._by_thread: dict[int, Execution] = {}
         self._children = ChildSignaller() if signal_children else None
-        self._on_cancel = on_cancel
         # Set by the SIGINT owner: the execution the kernel is about to SIGINT itself for.
         self.sigint_expected: Execution | None = None
 
@@ -147,9 +146,6 @@ class CancellationCore:
                 self.deliver(execution, execution.exc_class)
         if hit and self._children is not None:
             self._children.signal(signal.SIGINT)
-        if self._on_cancel is not None:
-            for execution in hit:
-                self._on_cancel(execution)
         return hit
 
     def mark_cancelled(self, execution: Execution, reason: str) -> None:

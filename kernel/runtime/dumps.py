@@ -12,6 +12,13 @@ tick): it fires only when the watchdog has been starved, that is when one C
 call holds the GIL.  It must never fire while Python threads run: faulthandler
 reads every thread's frames without the GIL, and a frame freed under it
 crashes the kernel (docs/cancellation.md, "Stack dumps").
+
+Every dump belongs to the cells that ran while it was written: a cell keeps
+the file's size at its start (`position()`) and reads only what came after
+(`since()`); the file is emptied when no cell runs (`reset()`), so a dump
+written while idle (SIGUSR1, say) is nobody's.  Arming and disarming happen
+under one lock with a check of who still runs (`arm_while`, `disarm_if`), so
+a timer armed for a cell that has just ended can never stay armed.
 """
 
 from __future__ import annotations
@@ -20,6 +27,8 @@ import faulthandler
 import logging
 import os
 import signal
+import threading
+from collections.abc import Callable
 from typing import IO
 
 log = logging.getLogger("cancelkernel")
@@ -32,6 +41,8 @@ class DumpFile:
         self.path = path
         self._file: IO[str] | None = None
         self._armed = False
+        # The watchdog pushes the timer while the shell ends cells: one decision at a time.
+        self._lock = threading.Lock()
         self.error: str | None = None
         try:
             os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
@@ -57,32 +68,53 @@ class DumpFile:
     def armed(self) -> bool:
         return self._armed
 
-    def arm(self, seconds: float) -> None:
-        """Dump every thread's stack in `seconds` unless pushed again or disarmed first."""
+    def arm_while(self, seconds: float, wanted: Callable[[], bool]) -> None:
+        """Dump every thread's stack in `seconds` unless pushed again or disarmed first, if `wanted()` still says so."""
         if self._file is None:
             return
-        # Cancel first: it waits for a dump in progress, which must not be cut short.
-        faulthandler.cancel_dump_traceback_later()
-        faulthandler.dump_traceback_later(max(seconds, 0.001), repeat=False, file=self._file, exit=False)
-        self._armed = True
+        with self._lock:
+            if not wanted():
+                self._disarm()
+                return
+            # Cancel first: it waits for a dump in progress, which must not be cut short.
+            faulthandler.cancel_dump_traceback_later()
+            faulthandler.dump_traceback_later(max(seconds, 0.001), repeat=False, file=self._file, exit=False)
+            self._armed = True
+
+    def disarm_if(self, unwanted: Callable[[], bool]) -> None:
+        """Disarm if `unwanted()` (checked under the lock, so no push can slip in after it)."""
+        with self._lock:
+            if unwanted():
+                self._disarm()
 
     def disarm(self) -> None:
+        with self._lock:
+            self._disarm()
+
+    def _disarm(self) -> None:
         if self._armed:
-            faulthandler.cancel_dump_traceback_later()
+            faulthandler.cancel_dump_traceback_later()  # waits for a dump in progress
             self._armed = False
 
-    def take(self) -> str:
-        """What was dumped since the last take (usually nothing: one fstat), then empty the file."""
+    def position(self) -> int:
+        """Bytes dumped so far (a cell keeps this at its start)."""
         if self._file is None:
+            return 0
+        try:
+            return os.fstat(self._file.fileno()).st_size
+        except OSError:
+            return 0
+
+    def since(self, position: int) -> str:
+        """What was dumped after `position` (usually nothing: one fstat)."""
+        if self._file is None or self.position() <= position:
             return ""
         try:
-            if os.fstat(self._file.fileno()).st_size == 0:
-                return ""
+            with open(self.path, "rb") as f:
+                f.seek(position)
+                return f.read().decode("utf-8", errors="replace")
         except OSError:
             return ""
-        text = self.read()
-        self.clear()
-        return text
 
     def read(self) -> str:
         if self._file is None:
@@ -93,11 +125,18 @@ class DumpFile:
         except OSError:
             return ""
 
-    def clear(self) -> None:
+    def reset(self) -> None:
+        """Empty the file (no cell runs: nothing in it can be anyone's)."""
         if self._file is None:
             return
-        os.ftruncate(self._file.fileno(), 0)
-        os.lseek(self._file.fileno(), 0, os.SEEK_SET)
+        with self._lock:
+            if self._armed:
+                return  # a cell still wants a dump: leave the file alone
+            try:
+                os.ftruncate(self._file.fileno(), 0)
+                os.lseek(self._file.fileno(), 0, os.SEEK_SET)
+            except OSError:
+                pass
 
     def close(self) -> None:
         self.disarm()

@@ -9,7 +9,9 @@ state; who writes which part is fixed:
   the main thread, which never takes the lock);
 - `budgets`: set at begin; `watch`: the watchdog thread (`last_output` by
   whichever thread writes the cell's output: a float store is atomic);
-- `stack`, `report`, `dump`, `abandoned_thread`, `checkpoint`: the kernel side,
+- `stack`, `dump`, `dump_from`: the runtime (on the watchdog thread, or when the
+  interrupt is shown / the cell ends);
+- `report`, `abandoned_thread`, `checkpoint`, `notes_closed`: the kernel side,
   at the moments its docstrings name.
 
 The reply metadata is a pure function of this object (kernel/metadata.py).
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..frames import Frame
+from ..protocol import REASON_QUIET_BUDGET, REASON_WALL_BUDGET
 
 if TYPE_CHECKING:
     from .deadlines import CancelScope
@@ -83,6 +86,8 @@ class WatchState:
     last_output: float = field(default_factory=time.monotonic)
     tripped: str | None = None  # the budget that tripped, once
     unresponsive: bool = False  # an interrupt did not stop it within the grace period
+    unresponsive_why: str | None = None  # protocol.UNRESPONSIVE_*: caught, blocked, abandoned
+    starved: float = 0.0  # the longest time the watchdog could not run while the cell ran (seconds)
 
     def seconds_since_output(self) -> float:
         return time.monotonic() - self.last_output
@@ -105,6 +110,7 @@ class InterruptReport:
     ename: str
     evalue: str
     frames: list[Frame]
+    told_gil: bool = False  # the report already says that one C call held the GIL
 
 
 @dataclass
@@ -125,7 +131,9 @@ class Execution:
     watch: WatchState = field(default_factory=WatchState)
     stack: StackRecord | None = None
     report: InterruptReport | None = None
-    dump: StackRecord | None = None  # the stack faulthandler wrote while the GIL was held, if any
+    dump: StackRecord | None = None  # the stack faulthandler wrote while the cell ran, if any
+    dump_from: int = 0  # bytes in the dump file when the cell began: what came before is not this cell's
+    notes_closed: bool = False  # its traceback is shown or it ended: no live note may follow
     abandoned_thread: str | None = None  # worker mode: the exec thread given up on (blocked in C)
     checkpoint: dict[str, Any] = field(default_factory=dict)  # {"before": ..., "autosave": ...} when saved
 
@@ -151,6 +159,15 @@ class Execution:
         if self.budgets.quiet:
             left.append(self.watch.last_output + self.budgets.quiet - now)
         return max(0.0, min(left)) if left else None
+
+    def overran(self, now: float | None = None) -> str | None:
+        """The budget (REASON_WALL_BUDGET / REASON_QUIET_BUDGET) that has run out by `now`, tripped or not."""
+        now = time.monotonic() if now is None else now
+        if self.budgets.wall and now - self.started > self.budgets.wall:
+            return REASON_WALL_BUDGET
+        if self.budgets.quiet and now - self.watch.last_output > self.budgets.quiet:
+            return REASON_QUIET_BUDGET
+        return None
 
     def output_seen(self) -> None:
         """The cell printed or displayed something: its quiet clock starts again."""

@@ -15,14 +15,20 @@ for, and run it as that execution's code for deadlines (`registry.cell`).
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
+import time
 import types
 from collections.abc import Callable
 from typing import Any
 
+from ..protocol import UNRESPONSIVE_BLOCKED, UNRESPONSIVE_CAUGHT
 from .core import CancellationCore
 from .deadlines import DeadlineRegistry
 from .execution import Execution, Window
+from .sleep import in_cooperative_wait
+
+_real_sleep = time.sleep
 
 LabelOf = Callable[[str], "str | None"]
 
@@ -41,10 +47,11 @@ class Executor:
 
     mode = "?"
 
-    def __init__(self, core: CancellationCore, deadlines: DeadlineRegistry, label_of: LabelOf):
+    def __init__(self, core: CancellationCore, deadlines: DeadlineRegistry, label_of: LabelOf, sleep: Callable[[float], None] | None = None):
         self.core = core
         self.deadlines = deadlines
         self.label_of = label_of
+        self.sleep = sleep  # the cooperative sleep: a thread waiting in it runs Python, it is not blocked in C
         self._wakers: dict[int, threading.Event] = {}
 
     async def run(self, code: types.CodeType, async_: bool, globals_: dict, locals_: Any) -> None:
@@ -96,12 +103,22 @@ class Executor:
         """The thread that runs user code now (or will run it next)."""
         raise NotImplementedError
 
-    def on_unresponsive(self, execution: Execution) -> bool:
+    def on_unresponsive(self, execution: Execution) -> str:
         """Called by the watchdog when an interrupt did not stop the code within the grace period.
 
-        Returns True if the executor recovered on its own (e.g. replaced the worker).
+        Returns why (protocol.UNRESPONSIVE_*): the code caught the interrupt and
+        goes on, or it is blocked where the interrupt cannot reach it yet.
         """
-        return False
+        window = execution.window
+        if window is None or window.on_main_thread:
+            # SIGINT on the main thread is raised as soon as Python code runs: raised means caught.
+            caught = execution.cancel.delivered
+        else:
+            caught = window.task is not None or runs_python(window.thread_id, self.sleep)
+        return UNRESPONSIVE_CAUGHT if caught else UNRESPONSIVE_BLOCKED
+
+    def release(self, execution: Execution) -> None:
+        """After on_unresponsive was reported: let go of what it held back (the worker's abandoned cell)."""
 
     def abandoned_threads(self) -> list[dict]:
         """Threads given up on, still alive, with where they are blocked."""
@@ -146,9 +163,23 @@ class MainThreadExecutor(Executor):
         return ident
 
 
+def runs_python(thread_id: int | None, sleep: Callable[[float], None] | None, samples: int = 5, interval: float = 0.005) -> bool:
+    """True if the thread executes Python code (its innermost frame moves, or it waits in our sleep), not one C call."""
+    seen = set()
+    for _ in range(samples):
+        frame = sys._current_frames().get(thread_id) if thread_id is not None else None
+        if frame is None:
+            return False
+        if sleep is not None and in_cooperative_wait(frame, sleep):
+            return True
+        seen.add((id(frame), frame.f_lasti))
+        _real_sleep(interval)
+    return len(seen) > 1
+
+
 def make_executor(mode: str, core: CancellationCore, deadlines: DeadlineRegistry, label_of: LabelOf, sleep: Callable[[float], None]) -> Executor:
     if mode == "main":
-        return MainThreadExecutor(core, deadlines, label_of)
+        return MainThreadExecutor(core, deadlines, label_of, sleep)
     if mode == "worker":
         from .worker import WorkerExecutor
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Protocol
 
@@ -26,17 +27,15 @@ from .sleep import install as install_sleep
 from .sleep import make_cooperative_sleep
 from .sleep import uninstall as uninstall_sleep
 from .stacks import thread_stack
-from .watchdog import Watchdog
+from .watchdog import MIN_STARVED, Watchdog
 
 
 class RuntimeListener(Protocol):
-    """What the kernel side is told (from the watchdog thread, or the thread that cancelled)."""
-
-    def cancelled(self, execution: Execution) -> None: ...
+    """What the kernel side is told (from the watchdog thread)."""
 
     def tripped(self, execution: Execution, reason: str, interrupting: bool) -> None: ...
 
-    def unresponsive(self, execution: Execution, abandoned: bool) -> None: ...
+    def unresponsive(self, execution: Execution, why: str) -> None: ...
 
 
 class Runtime:
@@ -59,7 +58,7 @@ class Runtime:
         self.label_of = label_of
         self.listener = listener
         self.interrupt_on_trip = interrupt_on_trip
-        self.core = CancellationCore(on_cancel=listener.cancelled)
+        self.core = CancellationCore()
         self.sigint = SigintOwner(self.core)
         self.dumps = DumpFile(dump_path)
         self.watchdog = Watchdog(
@@ -97,8 +96,12 @@ class Runtime:
         """
         self.sigint.ensure()
         thread_id = self.executor.exec_thread_id if subshell_id is None else threading.get_ident()
+        if not self.core.running():
+            self.dumps.reset()  # written while idle (SIGUSR1, say): nobody's
+        dump_from = self.dumps.position()
         execution = self.core.begin(msg_id, code, thread_id=thread_id, subshell_id=subshell_id)
         execution.budgets = budgets
+        execution.dump_from = dump_from
         if budgets.timeout:
             scope = fail_after(budgets.timeout)
             scope.description = f"%%timeout {budgets.timeout:g}"
@@ -107,7 +110,7 @@ class Runtime:
         due = min((b for b in (budgets.wall, budgets.quiet, budgets.timeout or 0.0) if b), default=None)
         if due is not None:
             # Armed here, not by the watchdog: a cell that holds the GIL from its first line still gets dumped.
-            self.dumps.arm(due + self.watchdog.starved_after)
+            self.dumps.arm_while(due + self.watchdog.starved_after, lambda: not execution.ended)
         self.watchdog.wake()
         return execution
 
@@ -116,10 +119,15 @@ class Runtime:
         scope = self._cell_scopes.pop(execution.gen, None)
         if scope is not None:
             scope.stop()
+        starved = self.watchdog.starved_for(time.monotonic())
+        if starved >= MIN_STARVED:
+            execution.watch.starved = max(execution.watch.starved, starved)  # the cell held the GIL to its end
         self.core.end(execution)
-        if not self.core.running():
-            self.dumps.disarm()
-        self._collect_dump(execution)
+        idle = lambda: not self.core.running()  # noqa: E731 - checked under the dump's lock
+        self.dumps.disarm_if(idle)
+        self.take_dump(execution)
+        if idle():
+            self.dumps.reset()
 
     def cancel(self, target: str | None, reason: str) -> Execution | None:
         return self.core.cancel(target, reason)
@@ -154,17 +162,42 @@ class Runtime:
             self.core.cancel(execution.msg_id, reason)
 
     def _on_unresponsive(self, execution: Execution) -> None:
-        """The interrupt did not stop the cell within the grace period."""
+        """The interrupt did not stop the cell within the grace period: find out why, say so, then let go."""
         execution.stack = StackRecord(STACK_UNRESPONSIVE, execution.elapsed(), self.stack_of(execution))
-        abandoned = self.executor.on_unresponsive(execution)
-        self.listener.unresponsive(execution, abandoned)
+        why = self.executor.on_unresponsive(execution)
+        execution.watch.unresponsive_why = why
+        try:
+            self.listener.unresponsive(execution, why)
+        finally:
+            # After the listener: what it publishes comes before the reply of an abandoned cell.
+            self.executor.release(execution)
 
-    def _collect_dump(self, execution: Execution) -> None:
-        """faulthandler wrote stacks while the GIL was held: keep this execution's thread's part."""
-        text = self.dumps.take()
-        if not text or not (execution.cancelled or execution.watch.tripped or execution.watch.unresponsive):
-            return
+    def take_dump(self, execution: Execution) -> StackRecord | None:
+        """faulthandler's stack of this execution's thread, written while it ran (once; None if there is none).
+
+        Kept only for a cell someone wanted to act on (cancelled, tripped, or a
+        budget ran out before the kernel could look) and only if it shows the
+        cell: a dump of a thread outside the cell is not its report.
+        """
+        if execution.dump is not None:
+            return execution.dump
+        wanted = execution.cancelled or execution.watch.tripped or execution.watch.unresponsive or execution.overran()
+        text = self.dumps.since(execution.dump_from) if wanted else ""
+        if not text:
+            return None
         frames = dumped_stack(text, execution.thread_id, self.label_of)
-        if frames:
+        if any(f.is_cell for f in frames):
             execution.dump = StackRecord(STACK_DUMP, execution.elapsed(), frames, source="faulthandler")
+        return execution.dump
+
+    def gil_held(self, execution: Execution) -> float:
+        """Seconds one C call held the GIL during the cell, as far as the kernel can prove it (0: no proof).
+
+        Proof is both: faulthandler dumped the cell's stack (its timer fires only when the
+        watchdog stops pushing it) and the watchdog measured that it was kept from running.
+        """
+        if self.take_dump(execution) is None:
+            return 0.0
+        starved = execution.watch.starved if execution.ended else max(execution.watch.starved, self.watchdog.starved_for(time.monotonic()))
+        return starved if starved >= MIN_STARVED else 0.0
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import types
 
-from ..frames import MAX_FRAMES, Frame, LabelOf, Location, is_machinery, user_stack
+from ..frames import MAX_FRAMES, Frame, LabelOf, Location, is_cell_file, is_machinery, user_stack
 
 # Deepest live stack walked: past this the outer frames are the kernel's own anyway.
 MAX_WALK = 200
@@ -19,12 +19,16 @@ MAX_WALK = 200
 def from_traceback(tb: types.TracebackType | None, label_of: LabelOf | None = None) -> list[Frame]:
     """The frames of a traceback a user needs, innermost last."""
     raw: list[Location] = []
+    in_cell = False
     while tb is not None:
         code = tb.tb_frame.f_code
         if not is_machinery(code.co_filename):
             raw.append((code.co_filename, tb.tb_lineno or code.co_firstlineno, code.co_name))
+            in_cell = in_cell or is_cell_file(code.co_filename) or bool(label_of and label_of(code.co_filename))
             if len(raw) > 2 * MAX_FRAMES:
                 del raw[:MAX_FRAMES]  # keep the list short however deep the stack is
+        elif in_cell:
+            break  # the cell called into the kernel (its cooperative time.sleep): what is inside is ours, not the user's
         tb = tb.tb_next
     return user_stack(raw, label_of)
 

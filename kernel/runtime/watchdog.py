@@ -4,8 +4,9 @@ For every running execution it checks the wall budget (seconds of execution)
 and the quiet budget (seconds without output), and reports an interrupt that
 did not stop the cell within the grace period.  It also fires expired
 deadline scopes, raises in a worker whose awaiting cell ignored its task
-cancel, beats the GIL-yield heartbeat, and pushes the stack dump's dead man's
-switch.  It decides nothing itself: the runtime passes callbacks that publish
+cancel, beats the GIL-yield heartbeat, pushes the stack dump's dead man's
+switch, and measures how long it was itself kept from running (what a held
+GIL looks like from inside).  It decides nothing itself: the runtime passes callbacks that publish
 events, take stacks and interrupt ONCE.
 """
 
@@ -17,7 +18,6 @@ import time
 from collections.abc import Callable
 
 from .. import native
-from ..protocol import REASON_QUIET_BUDGET, REASON_WALL_BUDGET
 from .core import CancellationCore
 from .deadlines import DeadlineRegistry
 from .dumps import DumpFile
@@ -54,6 +54,7 @@ class Watchdog:
         self._wake = threading.Event()
         self._stopped = False
         self._pushed_at = 0.0
+        self._last_tick: float | None = None  # None while idle (it sleeps until woken)
         self._logged: set[tuple[str, str]] = set()
         self._thread = threading.Thread(target=self._run, name="cancelkernel-watchdog", daemon=True)
         self._thread.start()
@@ -63,8 +64,15 @@ class Watchdog:
         """Seconds without a push after which the dump fires: the grace period, never less than MIN_STARVED."""
         return max(self.grace, MIN_STARVED)
 
+    def starved_for(self, now: float) -> float:
+        """Seconds since the last look while cells run: large only if the watchdog is being kept from running."""
+        last = self._last_tick
+        return 0.0 if last is None else max(0.0, now - last)
+
     def wake(self) -> None:
         """Look again now (a cell began, a scope was armed)."""
+        if self._last_tick is None:
+            self._last_tick = time.monotonic()  # starvation counts from here even if no tick comes
         self._wake.set()
 
     def stop(self) -> None:
@@ -86,6 +94,7 @@ class Watchdog:
             wait = self._next_wake(time.monotonic())
             if wait is None:
                 self.dumps.disarm()
+                self._last_tick = None
                 self._wake.wait()
                 self._wake.clear()
                 continue
@@ -106,10 +115,16 @@ class Watchdog:
     def tick(self, now: float) -> None:
         """One look at everything (public for tests with an injected clock)."""
         native.gil_heartbeat()  # proof that Python threads still get the GIL
+        running = self.core.running()
+        gap = self.starved_for(now)
+        for execution in running:
+            # A gap this long means no Python thread but the one holding the GIL ran.
+            if gap >= MIN_STARVED and gap > execution.watch.starved and not execution.ended:
+                execution.watch.starved = gap
+        self._last_tick = now if running else None
         scope = self.deadlines.expired(now)
         if scope is not None and not self.core.fire_scope(scope):
             self._wake.wait(TICK)  # between statements: try again when user code resumes
-        running = self.core.running()
         for execution in running:
             self.check(execution, now)
         self._push_dump_deadline(running, now)
@@ -118,14 +133,11 @@ class Watchdog:
         """One look at one execution."""
         if execution.ended:
             return
-        state, watch, budgets = execution.cancel, execution.watch, execution.budgets
+        state, watch = execution.cancel, execution.watch
         if state.escalate_at is not None and now >= state.escalate_at:
             self.core.escalate(execution)
         if watch.tripped is None and not execution.cancelled:
-            if budgets.wall and now - execution.started > budgets.wall:
-                watch.tripped = REASON_WALL_BUDGET
-            elif budgets.quiet and now - watch.last_output > budgets.quiet:
-                watch.tripped = REASON_QUIET_BUDGET
+            watch.tripped = execution.overran(now)
             if watch.tripped is not None:
                 self._on_trip(execution, watch.tripped)
         if (
@@ -145,7 +157,8 @@ class Watchdog:
             self.dumps.disarm()
         elif not self.dumps.armed or now - self._pushed_at >= PUSH_EVERY:
             self._pushed_at = now
-            self.dumps.arm(due + self.starved_after)
+            # Checked again under the dump's lock: a cell that ended since `running` was read wants nothing.
+            self.dumps.arm_while(due + self.starved_after, lambda: any(not e.ended for e in running))
 
 
 def dump_due(running: list[Execution], now: float) -> float | None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-import sys
 import threading
 import time
 import types
@@ -22,11 +21,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..protocol import UNRESPONSIVE_ABANDONED, UNRESPONSIVE_CAUGHT
 from .core import CancellationCore
 from .deadlines import DeadlineRegistry
 from .execution import Execution, Window
-from .executors import Executor, LabelOf, nested, run_here
-from .sleep import in_cooperative_wait
+from .executors import Executor, LabelOf, nested, run_here, runs_python
 from .stacks import blocked_at
 
 log = logging.getLogger("cancelkernel")
@@ -172,10 +171,10 @@ class WorkerExecutor(Executor):
     mode = "worker"
 
     def __init__(self, core: CancellationCore, deadlines: DeadlineRegistry, label_of: LabelOf, sleep: Callable[[float], None] | None = None):
-        super().__init__(core, deadlines, label_of)
+        super().__init__(core, deadlines, label_of, sleep)
         self._count = 0
         self._abandoned: list[_Worker] = []
-        self._sleep = sleep  # the cooperative sleep: a worker waiting in it runs Python, it is not blocked in C
+        self._releases: dict[int, Callable[[], object]] = {}  # execution gen -> hand its interrupt to the waiting cell
         self._worker = self._new_worker()
 
     def _new_worker(self) -> _Worker:
@@ -209,15 +208,13 @@ class WorkerExecutor(Executor):
         assert ident is not None
         return ident
 
-    def on_unresponsive(self, execution: Execution) -> bool:
+    def on_unresponsive(self, execution: Execution) -> str:
         worker = self._worker
         job = worker.job
         if job is None or job.execution is not execution or job.finished:
-            return False
-        if job.async_:
-            return False  # its loop still runs: the task ignores its cancel, the thread is fine
-        if self._runs_python(worker):
-            return False  # it runs Python code, so it got the interrupt and swallowed it: not ours to kill
+            return super().on_unresponsive(execution)  # a subshell's cell (runs in place) or already over
+        if job.async_ or runs_python(worker.ident, self.sleep):
+            return UNRESPONSIVE_CAUGHT  # its loop runs / it runs Python: it got the interrupt and goes on
         # Give up on this thread: it keeps its pending interrupt, which fires
         # when the blocking call returns, in a thread that reports nothing.
         worker.abandoned = True
@@ -227,12 +224,14 @@ class WorkerExecutor(Executor):
         execution.abandoned_thread = worker.name
         self._worker = self._new_worker()
         log.warning("exec thread %s abandoned, blocked at %s; new exec thread %s", worker.name, where, self._worker.name)
-        error = execution.exc_class(
-            f"the exec thread was blocked in a call that ignores interrupts ({where}); "
-            f"it was abandoned and replaced, your variables are kept"
-        )
-        job.loop.call_soon_threadsafe(_resolve, job.future, error)
-        return True
+        error = execution.exc_class("its exec thread was abandoned, blocked in a call that ignores interrupts")
+        self._releases[execution.gen] = lambda: job.loop.call_soon_threadsafe(_resolve, job.future, error)
+        return UNRESPONSIVE_ABANDONED
+
+    def release(self, execution: Execution) -> None:
+        release = self._releases.pop(execution.gen, None)
+        if release is not None:
+            release()
 
     def abandoned_threads(self) -> list[dict]:
         self._abandoned = [w for w in self._abandoned if w.is_alive()]
@@ -240,16 +239,3 @@ class WorkerExecutor(Executor):
 
     def shutdown(self) -> None:
         self._worker.stop()
-
-    def _runs_python(self, thread: threading.Thread, samples: int = 5, interval: float = 0.005) -> bool:
-        """True if the thread executes Python code (its innermost frame moves, or it waits in our sleep), not one C call."""
-        seen = set()
-        for _ in range(samples):
-            frame = sys._current_frames().get(thread.ident)  # type: ignore[arg-type]
-            if frame is None:
-                return False
-            if self._sleep is not None and in_cooperative_wait(frame, self._sleep):
-                return True
-            seen.add((id(frame), frame.f_lasti))
-            _real_sleep(interval)
-        return len(seen) > 1

@@ -139,6 +139,7 @@ int ck_begin(uint32_t gen, unsigned long thread_ident, int parent) {
         ck_drop_parent(gen);
         if (old.f.gen != 0) ck_drop_parent(old.f.gen);  /* replaced on its thread: no longer running */
     }
+    ck_yield_wake();
     return 0;
 }
 

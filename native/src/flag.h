@@ -96,6 +96,8 @@ CK_INTERNAL uint32_t ck_take_arrival(void);
 /* 0: started (or already running, parameters updated), -1: pthread_create failed.  signum 0: no signal. */
 CK_INTERNAL int ck_start_yield(int signum, int stall_ms);
 CK_INTERNAL void ck_beat(void);
+/* An execution began: wake the yield thread if it sleeps because none ran. */
+CK_INTERNAL void ck_yield_wake(void);
 
 /* --- cancellable sleep (yield.c) --- */
 

@@ -7,6 +7,9 @@
  * interrupt request.  With a signal number it also signals the main thread, for
  * calls that check Python's signals instead (the regex engine): a handler that
  * sleeps a moment hands the GIL over too.  Code that checks nothing is not affected.
+ *
+ * While no execution runs the thread sleeps on a condition variable that
+ * ck_begin signals (ck_yield_wake): an idle kernel never wakes up for it.
  */
 
 /* First, as in any extension: it sets the feature macros (POSIX, XSI) the headers below depend on. */
@@ -23,6 +26,21 @@ static unsigned long ck_heartbeat;
 static int ck_yield_signal;
 static int ck_yield_stall_ms;
 static int ck_yield_running;
+static pthread_mutex_t ck_yield_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t ck_yield_cond = PTHREAD_COND_INITIALIZER;
+
+/* Block until an execution runs (checked under the lock ck_yield_wake signals under: no wake-up is lost). */
+static void ck_wait_for_execution(void) {
+    pthread_mutex_lock(&ck_yield_lock);
+    while (!ck_any_running()) pthread_cond_wait(&ck_yield_cond, &ck_yield_lock);
+    pthread_mutex_unlock(&ck_yield_lock);
+}
+
+void ck_yield_wake(void) {
+    pthread_mutex_lock(&ck_yield_lock);
+    pthread_cond_signal(&ck_yield_cond);
+    pthread_mutex_unlock(&ck_yield_lock);
+}
 
 static void *ck_yield_main(void *unused) {
     (void)unused;
@@ -33,14 +51,15 @@ static void *ck_yield_main(void *unused) {
     int stalled = 0;
     struct timespec tick = {0, 10 * 1000 * 1000};
     for (;;) {
-        nanosleep(&tick, NULL);
-        unsigned long beat = __atomic_load_n(&ck_heartbeat, __ATOMIC_RELAXED);
         if (!ck_any_running()) {
             ck_clear_yield();  /* no execution to reach: never slow down code outside a cell */
-            last = beat;
+            ck_wait_for_execution();
+            last = __atomic_load_n(&ck_heartbeat, __ATOMIC_RELAXED);
             stalled = 0;
-            continue;
         }
+        nanosleep(&tick, NULL);
+        unsigned long beat = __atomic_load_n(&ck_heartbeat, __ATOMIC_RELAXED);
+        if (!ck_any_running()) continue;
         if (beat != last) {
             last = beat;
             stalled = 0;

@@ -1,0 +1,232 @@
+"""What a person sees from our kernel, through real kernels: every report is one execution's, true, and quiet.
+
+A note is the one line the kernel adds to a cell for a budget trip, a cell
+that goes on after its interrupt, an abandoned thread or a held GIL:
+display_data with text/plain and escaped text/html, the machine event in
+`transient` (never rendered, never saved).  An interrupt alone adds nothing
+but its traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import time
+
+import pytest
+
+from cancelkernel import protocol
+from cancelkernel.testing import MODES, control_request, interrupt, outputs, run_cell, running_kernel, send_execute, wait_reply
+
+GRACE = ["--CancelKernel.interrupt_grace=0.3"]
+# One elapsed time in a traceback, e.g. "1.01 s" (a budget like "of 0.5 s" is not an elapsed time).
+ELAPSED = re.compile(r"(?<!of )\b\d+\.\d\d s\b")
+
+
+@pytest.fixture(scope="module", params=MODES)
+def k(request: pytest.FixtureRequest):
+    with running_kernel(request.param, extra_arguments=GRACE) as (km, kc):
+        yield request.param, km, kc
+
+
+def notes(found: list[dict]) -> list[dict]:
+    return [m["content"] for m in found if m["msg_type"] == "display_data"]
+
+
+def errors(found: list[dict]) -> list[dict]:
+    return [m["content"] for m in found if m["msg_type"] == "error"]
+
+
+def plain(traceback: list[str]) -> str:
+    return re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(traceback))
+
+
+def event_of(note: dict) -> dict:
+    return note["transient"][protocol.EVENT_MIME]
+
+
+def assert_is_a_quiet_note(note: dict) -> None:
+    """Only text a front end renders as such; the event rides in transient."""
+    assert set(note["data"]) == {"text/plain", "text/html"}, note["data"]
+    assert note["data"]["text/plain"].startswith("cancelkernel: ") and "\n" not in note["data"]["text/plain"]
+    assert "<script" not in note["data"]["text/html"] and 'class="cancelkernel-note"' in note["data"]["text/html"]
+    assert event_of(note)["event"] in protocol.SHOWN_EVENTS
+
+
+def run_interrupted(kc, code: str, after: float, km=None) -> tuple[dict, list[dict]]:
+    """Run `code`, interrupt it `after` s later (SIGINT as JupyterLab's toolbar with our kernelspec, or a message)."""
+    msg_id = send_execute(kc, code)
+    time.sleep(after)
+    if km is not None:
+        km.interrupt_kernel()
+    else:
+        interrupt(kc, msg_id)
+    found = outputs(kc, msg_id)
+    return wait_reply(kc, msg_id), found
+
+
+def test_reports_belong_to_their_own_execution(k) -> None:
+    """Fast cells interrupted as they finish, a dump taken while idle: nothing of it shows in a later cell."""
+    mode, km, kc = k
+    dump_file = control_request(kc, "kernel_info_request")["content"][protocol.KEY]["dump_file"]
+    for i in range(30):
+        reply, found = run_interrupted(kc, "import time\ntime.sleep(0.01)", 0.008 + (i % 5) * 0.001)
+        count = reply["content"]["execution_count"]
+        assert not notes(found), notes(found)  # an interrupt alone is no note
+        for error in errors(found):
+            assert set(re.findall(r"Cell In\[(\d+)\]", plain(error["traceback"]))) <= {str(count)}, error
+    time.sleep(1.0)  # three starvation periods: a dump armed for one of them would have fired by now
+    assert os.path.getsize(dump_file) == 0, "an idle kernel wrote a stack dump"
+    km.signal_kernel(signal.SIGUSR1)  # a dump taken while idle: nobody's
+    deadline = time.monotonic() + 10
+    while os.path.getsize(dump_file) == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    reply, found = run_interrupted(kc, "x = 0\nwhile True:\n    x += 1", 0.3)
+    meta = reply["metadata"][protocol.KEY]
+    count = reply["content"]["execution_count"]
+    assert meta["interrupted"] and [e["ename"] for e in errors(found)] == ["KeyboardInterrupt"]
+    assert not notes(found), [n["data"]["text/plain"] for n in notes(found)]
+    assert "stack_source" not in meta and "gil_held" not in meta, meta
+    assert meta["stack"] and all(f["filename"] == meta["stack"][0]["filename"] for f in meta["stack"])
+    assert set(re.findall(r"Cell In\[(\d+)\]", plain(errors(found)[0]["traceback"]))) == {str(count)}
+
+
+def test_a_manual_interrupt_shows_only_its_traceback(k) -> None:
+    mode, km, kc = k
+    reply, found = run_interrupted(kc, "import time\ntime.sleep(30)", 0.3, km=km)
+    assert [m["msg_type"] for m in found if m["msg_type"] not in ("execute_input", "status")] == ["error"]
+    text = plain(errors(found)[0]["traceback"])
+    assert "KeyboardInterrupt" in text and "time.sleep(30)" in text and "SIGINT" in text
+    assert len(ELAPSED.findall(text)) == 1, text  # the elapsed time, once
+    assert "threading.py" not in text  # worker mode: the cooperative sleep's insides are not the user's
+    assert reply["metadata"][protocol.KEY]["reason"] == protocol.REASON_SIGNAL
+
+
+@pytest.mark.parametrize("budget,loop", [("wall=0.5", "time.sleep(30) if 1 < 2 else None"), ("quiet=0.5", "while 1 < 2:\n    pass")])
+def test_a_budget_trip_is_one_note_before_the_traceback(k, budget: str, loop: str) -> None:
+    mode, km, kc = k
+    reply, found = run_cell(kc, f"%%budget {budget}\nimport time\n{loop}")
+    shown = [m["msg_type"] for m in found if m["msg_type"] in ("display_data", "error", "stream")]
+    assert shown == ["display_data", "error"], shown
+    note = notes(found)[0]
+    assert_is_a_quiet_note(note)
+    word = "wall budget" if budget.startswith("wall") else "quiet budget"
+    assert f"{word} of 0.5 s" in note["data"]["text/plain"] and "interrupting it" in note["data"]["text/plain"]
+    assert "1 &lt; 2" in note["data"]["text/html"] and "1 < 2" not in note["data"]["text/html"]  # the cell's line, escaped
+    event = event_of(note)
+    assert event["event"] == protocol.EVENT_RUNAWAY and event["action"] == "interrupt" and event["execution"] == reply["parent_header"]["msg_id"]
+    text = plain(errors(found)[0]["traceback"])
+    assert word in text and len(ELAPSED.findall(text)) == 1, text
+    assert "GIL" not in text
+
+
+def test_a_cell_that_catches_the_interrupt_is_told_so(k) -> None:
+    mode, km, kc = k
+    code = "import time\ntry:\n    time.sleep(30)\nexcept KeyboardInterrupt:\n    print('caught')\ntime.sleep(1.5)\n'done'"
+    reply, found = run_interrupted(kc, code, 0.3, km=km)
+    assert reply["content"]["status"] == "ok" and not errors(found)
+    assert len(notes(found)) == 1, [n["data"]["text/plain"] for n in notes(found)]
+    note = notes(found)[0]
+    assert_is_a_quiet_note(note)
+    text = note["data"]["text/plain"]
+    count = reply["content"]["execution_count"]
+    assert "caught the interrupt" in text and f"Cell In[{count}], line 6 (time.sleep(1.5))" in text, text
+    assert "interrupt again" in text
+    assert "GIL" not in text and "restart" not in text, text
+    assert event_of(note)["why"] == protocol.UNRESPONSIVE_CAUGHT
+    meta = reply["metadata"][protocol.KEY]
+    assert meta["unresponsive_why"] == protocol.UNRESPONSIVE_CAUGHT and "gil_held" not in meta
+
+
+def test_a_gil_held_call_is_said_once_where_it_is_true(k) -> None:
+    """One C call holds the GIL past the budget: faulthandler's stack and the watchdog's starvation both prove it."""
+    mode, km, kc = k
+    reply, found = run_cell(kc, "%%budget wall=0.3\ntotal = sum(range(10**8))\nwhile True:\n    pass")
+    meta = reply["metadata"][protocol.KEY]
+    assert meta["reason"] == protocol.REASON_WALL_BUDGET and meta["stack_source"] == "faulthandler"
+    assert meta["gil_held"] >= 0.3, meta
+    text = plain(errors(found)[0]["traceback"])
+    assert text.count("held the GIL") == 1 and len(ELAPSED.findall(text)) == 1, text
+    assert [event_of(n)["event"] for n in notes(found)] == [protocol.EVENT_RUNAWAY]  # the GIL is in the traceback, not a second note
+    # Ending with the call itself: either the interrupt still lands, or the cell ends first and a last note says so.
+    reply, found = run_cell(kc, "%%budget wall=0.3\ntotal = sum(range(10**8))")
+    said = [plain(e["traceback"]) for e in errors(found)] + [n["data"]["text/plain"] for n in notes(found)]
+    assert sum(text.count("held the GIL") for text in said) == 1, said
+    assert "sum(range(10**8))" in said[-1] or errors(found), said
+
+
+def test_an_abandoned_worker_is_one_note_then_the_traceback() -> None:
+    with running_kernel("worker", extra_arguments=GRACE) as (km, kc):
+        reply, found = run_interrupted(kc, "import threading\nthreading.Event().wait()", 0.3, km=km)
+        shown = [m["msg_type"] for m in found if m["msg_type"] in ("display_data", "error")]
+        assert shown == ["display_data", "error"], shown
+        note = notes(found)[0]
+        assert_is_a_quiet_note(note)
+        assert event_of(note)["event"] == protocol.EVENT_ABANDONED
+        assert "abandoned" in note["data"]["text/plain"] and "threading.Event().wait()" in note["data"]["text/plain"]
+        text = plain(errors(found)[0]["traceback"])
+        assert "abandoned" in text and "threading.Event().wait()" in text and len(ELAPSED.findall(text)) == 1, text
+        assert run_cell(kc, "print('next')")[0]["content"]["status"] == "ok"
+
+
+def test_a_refused_cell_takes_its_execution_count_as_stock_does() -> None:
+    def counts(kernel_name: str, failing: str) -> list[int]:
+        with running_kernel(None, kernel_name=kernel_name) as (_, kc):
+            return [run_cell(kc, code)[0]["content"]["execution_count"] for code in ("1", failing, "2")]
+
+    stock = counts("python3", "1/0")
+    ours = counts("cancelkernel", "%%budget wall=-1\n1")
+    assert ours == stock == [1, 2, 3], (ours, stock)
+
+
+def test_an_idle_kernel_does_not_wake_up(k) -> None:
+    """No thread of an idle kernel (after cells and interrupts) runs a polling loop."""
+    mode, km, kc = k
+    run_interrupted(kc, "import time\ntime.sleep(30)", 0.2)
+    pid = km.provisioner.pid  # type: ignore[union-attr]
+    time.sleep(0.5)
+
+    def switches() -> dict[str, int]:
+        found = {}
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                fields = dict(line.split(":\t", 1) for line in f.read().splitlines() if ":\t" in line)
+            found[tid] = int(fields["voluntary_ctxt_switches"]) + int(fields["nonvoluntary_ctxt_switches"])
+        return found
+
+    before = switches()
+    time.sleep(3.0)
+    after = switches()
+    woken = {tid: after[tid] - before.get(tid, 0) for tid in after}
+    assert max(woken.values()) < 60, woken  # a 10 ms poll would be 300
+
+
+def test_the_kernelspec_says_what_stocks_says_through_jupyter_server() -> None:
+    from cancelkernel.testing.servers import jupyter_server
+
+    with jupyter_server() as server:
+        status, specs = server.request("GET", "/api/kernelspecs")
+        assert status == 200
+        stock, ours = specs["kernelspecs"]["python3"]["spec"], specs["kernelspecs"]["cancelkernel"]["spec"]
+        assert ours["kernel_protocol_version"] == stock["kernel_protocol_version"] == protocol.KERNEL_PROTOCOL_VERSION
+        assert set(stock["metadata"]) <= set(ours["metadata"]), (stock["metadata"], ours["metadata"])
+
+
+def test_a_notebook_run_by_nbclient_and_exported_to_html_reads_well(tmp_path) -> None:
+    import nbformat
+    from nbclient import NotebookClient
+    from nbconvert import HTMLExporter
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("%%budget wall=0.5\nimport time\ntime.sleep(30) if 1 < 2 else None"), nbformat.v4.new_code_cell("x = 1")]
+    NotebookClient(nb, kernel_name="cancelkernel", allow_errors=True, timeout=60).execute()
+    saved = json.dumps(nb)
+    assert "vnd.cancelkernel.event" not in saved  # the machine event is never saved into the notebook
+    kinds = [o["output_type"] for o in nb.cells[0].outputs]
+    assert kinds == ["display_data", "error"], kinds
+    assert [c.execution_count for c in nb.cells] == [1, 2]
+    page, _ = HTMLExporter().from_notebook_node(nb)
+    assert "cancelkernel: the cell ran past its wall budget of 0.5 s" in page
+    assert "1 &lt; 2" in page and "No renderer" not in page
