@@ -1,0 +1,202 @@
+"""What a person does in JupyterLab, as Playwright calls: open a notebook from the launcher, run cells, read outputs, press toolbar buttons.
+
+Every wait is on DOM state (the status bar's text, a cell's prompt, an
+output), never a sleep; the timeouts are generous and only stop a broken
+setup from hanging the run.  Selectors were read from JupyterLab 4's DOM:
+the toolbar buttons by their `data-command`, the kernel's status bar item by
+the kernel's display name.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+import urllib.parse
+import uuid
+
+try:
+    from playwright.sync_api import Locator, Page, expect
+except ImportError:  # the `chromium` fixture fails (or skips) each test with what to install
+    pass
+
+from cancelkernel.kernelspec import DEFAULT_DISPLAY_NAME
+from cancelkernel.testing.servers import Server
+
+# Generous bounds on waits for the page (JupyterLab's first load on a busy 2-core machine) and for a kernel.
+LOAD_TIMEOUT = 90.0
+KERNEL_TIMEOUT = 60.0
+# How long an interrupted cell may take to show its reply: our kernel stops these cases in milliseconds.
+STOP_TIMEOUT = 20.0
+_STATUS_SEPARATOR = " | "
+# How JupyterLab marks an error (traceback) output.
+_ERROR_MIME = "application/vnd.jupyter.stderr"
+# What `cancelkernel install --exec-thread worker` calls its spec (the lab's worker-mode launcher card).
+WORKER_DISPLAY_NAME = "Python 3 (cancelkernel, worker thread)"
+
+
+def ms(seconds: float) -> float:
+    return seconds * 1000.0
+
+
+def wait_text(locator: Locator, text: str | re.Pattern[str], what: str, timeout: float = KERNEL_TIMEOUT) -> None:
+    """Until `locator` shows `text` (the whole text; a pattern may match part); AssertionError `what` after `timeout`."""
+    expect(locator, what).to_have_text(text, timeout=ms(timeout))
+
+
+class Cell:
+    """One code cell of the notebook on the page."""
+
+    def __init__(self, locator: Locator):
+        self.element = locator
+        self.prompt = locator.locator(".jp-InputPrompt")
+        self.outputs = locator.locator(".jp-OutputArea-output")
+
+    def wait_running(self, timeout: float = KERNEL_TIMEOUT) -> None:
+        expect(self.prompt, "the cell never showed [*] (running)").to_have_text("[*]:", timeout=ms(timeout))
+
+    def wait_done(self, timeout: float = KERNEL_TIMEOUT) -> None:
+        """Until the prompt shows an execution count: the kernel replied and went idle for this cell."""
+        expect(self.prompt, "the cell did not finish").to_have_text(re.compile(r"^\[\d+\]:$"), timeout=ms(timeout))
+
+    def wait_not_running(self, timeout: float = KERNEL_TIMEOUT) -> None:
+        expect(self.prompt, "the cell still shows [*] (running)").not_to_have_text("[*]:", timeout=ms(timeout))
+
+    def is_running(self) -> bool:
+        return self.prompt.inner_text().strip() == "[*]:"
+
+    def output_text(self) -> str:
+        return "\n".join(text.strip() for text in self.outputs.all_inner_texts())
+
+    def output_with(self, text: str | re.Pattern[str], *, errors: bool = True) -> Locator:
+        """The outputs of this cell (rendered text, widget, error unless `errors=False`) whose visible text contains `text`."""
+        outputs = self.outputs if errors else self.element.locator(f".jp-OutputArea-output:not([data-mime-type='{_ERROR_MIME}'])")
+        return outputs.filter(has_text=text)
+
+    def expect_output(self, text: str | re.Pattern[str], timeout: float = KERNEL_TIMEOUT, *, errors: bool = True) -> Locator:
+        """The first output showing `text`, once it is visible."""
+        found = self.output_with(text, errors=errors).first
+        expect(found, f"no visible output with {text!r} in the cell").to_be_visible(timeout=ms(timeout))
+        return found
+
+
+class Notebook:
+    """A notebook opened from JupyterLab's launcher, on our kernel."""
+
+    def __init__(self, page: Page, server: Server, display_name: str = DEFAULT_DISPLAY_NAME):
+        self.page = page
+        self.server = server
+        self.display_name = display_name
+        self.cells = page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell")
+        # The kernel's status bar item: "<display name> | Idle" (the toolbar circle says idle before the kernel started).
+        self.status = page.locator("#jp-main-statusbar .jp-StatusBar-TextItem").filter(has_text=display_name + _STATUS_SEPARATOR)
+
+    def open_from_launcher(self) -> None:
+        # A fresh workspace: nothing of another test's layout is restored.
+        url = f"{self.server.url}/lab/workspaces/ck-{uuid.uuid4().hex[:12]}?token={self.server.token}"
+        self.page.goto(url, timeout=ms(LOAD_TIMEOUT))
+        card = self.launcher_card()
+        expect(card, f"no launcher card {self.display_name!r} under Notebook").to_be_visible(timeout=ms(LOAD_TIMEOUT))
+        card.click()
+        self.wait_status("Idle", timeout=KERNEL_TIMEOUT)
+
+    def kernel_id(self) -> str:
+        """The id of this notebook's kernel, from the server's sessions (the page's URL ends in the notebook's path)."""
+        path = urllib.parse.unquote(self.page.url.split("/tree/", 1)[-1].split("?", 1)[0])
+        status, sessions = self.server.request("GET", "/api/sessions")
+        ids = [session["kernel"]["id"] for session in sessions or [] if session["path"] == path]
+        assert status == 200 and len(ids) == 1, f"no one session for {path!r}: {status} {sessions}"
+        return str(ids[0])
+
+    def launcher_card(self) -> Locator:
+        return self.page.locator(f".jp-LauncherCard[data-category='Notebook'][title='{self.display_name}']")
+
+    def status_text(self) -> str:
+        return self.status.inner_text()
+
+    def wait_status(self, state: str, timeout: float = KERNEL_TIMEOUT) -> None:
+        expect(self.status, f"the status bar never said {state!r}").to_have_text(
+            re.compile(re.escape(self.display_name + _STATUS_SEPARATOR + state) + "$"), timeout=ms(timeout)
+        )
+
+    def run(self, code: str) -> Cell:
+        """Type `code` into the last (empty) cell and run it with Shift+Enter; the cell that runs it."""
+        count = self.cells.count()
+        cell = self.cells.nth(count - 1)
+        editor = cell.locator(".cm-content")
+        editor.click()
+        # insert_text types no keys: no auto-indent, no closing brackets added by the editor.
+        self.page.keyboard.insert_text(code)
+        expect(editor).to_contain_text(code.splitlines()[0].strip())
+        self.page.keyboard.press("Shift+Enter")
+        expect(self.cells, "Shift+Enter did not run the cell and add the next one").to_have_count(count + 1)
+        return Cell(cell)
+
+    def run_done(self, code: str, timeout: float = KERNEL_TIMEOUT) -> Cell:
+        cell = self.run(code)
+        cell.wait_done(timeout)
+        return cell
+
+    def expect_prints(self, code: str, printed: str) -> None:
+        """Run `code` (a print) and check its whole output is `printed`."""
+        cell = self.run_done(code)
+        expect(cell.outputs, f"{code!r} printed something else").to_have_text(printed)
+
+    def toolbar_button(self, command: str) -> Locator:
+        return self.page.locator(f".jp-NotebookPanel-toolbar jp-button[data-command='{command}']")
+
+    def interrupt(self) -> None:
+        """The toolbar's interrupt button (REST POST /api/kernels/{id}/interrupt, no target)."""
+        self.toolbar_button("notebook:interrupt-kernel").click()
+
+    def restart(self) -> None:
+        """The toolbar's restart button, and "Restart" in the dialog it opens."""
+        self.toolbar_button("notebook:restart-kernel").click()
+        dialog = self.page.locator(".jp-Dialog")
+        expect(dialog, "no restart dialog").to_be_visible(timeout=ms(KERNEL_TIMEOUT))
+        dialog.locator(".jp-Dialog-button.jp-mod-accept").click()
+        expect(dialog).to_be_hidden(timeout=ms(KERNEL_TIMEOUT))
+
+    def record_status(self) -> None:
+        """Record every text the kernel's status bar item shows from now on (read with `recorded_status`)."""
+        self.page.evaluate(
+            """(name) => {
+                const seen = [];
+                const read = () => {
+                    const item = [...document.querySelectorAll('#jp-main-statusbar .jp-StatusBar-TextItem')]
+                        .find(e => e.textContent.includes(name));
+                    const text = item ? item.textContent : '(no status item)';
+                    if (seen[seen.length - 1] !== text) seen.push(text);
+                };
+                read();
+                const observer = new MutationObserver(read);
+                observer.observe(document.querySelector('#jp-main-statusbar'), {subtree: true, childList: true, characterData: true});
+                window.__ckStatus = {seen, stop: () => { read(); observer.disconnect(); }};
+            }""",
+            self.display_name + _STATUS_SEPARATOR,
+        )
+
+    def recorded_status(self) -> list[str]:
+        """Every distinct text since `record_status`, in order (recording stops)."""
+        return list(self.page.evaluate("() => { window.__ckStatus.stop(); return window.__ckStatus.seen; }"))
+
+
+class Marker:
+    """A file the cell creates as its first statement: the test knows the cell's code runs.
+
+    A GIL-held loop starves the kernel's IOPub thread, so even a flushed print
+    may not reach the page before it; a file on the shared disk does.
+    """
+
+    def __init__(self, directory: str):
+        self.path = os.path.join(directory, f"started-{uuid.uuid4().hex[:12]}")
+
+    def then(self, code: str) -> str:
+        return f"open({self.path!r}, 'w').close()\n{code}"
+
+    def wait(self, timeout: float = KERNEL_TIMEOUT) -> None:
+        deadline = time.monotonic() + timeout
+        while not os.path.exists(self.path):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the cell did not start within {timeout:g} s (no {self.path})")
+            time.sleep(0.02)
