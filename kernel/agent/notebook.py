@@ -97,6 +97,45 @@ class NotebookRun:
         return bad
 
 
+class CellHooks:
+    """What a front end does around each cell of `run_notebook`; these defaults are `cancelkernel run`'s.
+
+    The papermill engine subclasses it to keep papermill's bookkeeping (cell
+    metadata, saves, progress bar, --log-output) and papermill's error rules.
+    """
+
+    # Seconds between `cell_running` calls while a cell runs; None: the cell runs without them.
+    live_every: float | None = None
+
+    def __init__(self, *, allow_errors: bool = False, progress: t.Callable[[str], None] | None = None):
+        self.allow_errors = allow_errors
+        self.progress = progress
+        self._numbers: dict[int, int] = {}
+
+    def notebook_start(self, nb: t.Any) -> None:
+        code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+        self._numbers = {index: n for n, index in enumerate(code, 1)}
+
+    def runs(self, index: int, cell: t.Any) -> bool:
+        """Whether this cell is executed (blank code cells and other cells are not)."""
+        return bool(cell.cell_type == "code" and cell.source.strip())
+
+    def cell_start(self, index: int, cell: t.Any) -> None:
+        """Before the cell is sent (also called for cells that do not run)."""
+
+    def cell_running(self, index: int, cell: t.Any, outputs: list[dict]) -> None:
+        """Every `live_every` seconds while the cell runs: its outputs so far (the run loop's list: read, never change)."""
+
+    def cell_complete(self, index: int, cell: t.Any, result: CellResult | None) -> None:
+        """After the cell's outputs and report are in `cell` (result None: the cell did not run)."""
+        if result is not None and self.progress is not None:
+            self.progress(f"[{self._numbers.get(index, 0)}/{len(self._numbers)}] cell {index}: {result.summary()}")
+
+    def keep_going(self, index: int, cell: t.Any, result: CellResult) -> bool:
+        """Whether the cells after this one run (allow_errors: always; runaways still fail the run, see NotebookRun.failed)."""
+        return result.status == "ok" or self.allow_errors
+
+
 def run_notebook(
     nb: t.Any,
     ak: AgentKernel,
@@ -105,37 +144,61 @@ def run_notebook(
     quiet_budget: float | None = None,
     allow_errors: bool = False,
     progress: t.Callable[[str], None] | None = None,
+    hooks: CellHooks | None = None,
 ) -> NotebookRun:
-    """Execute the code cells in order, writing outputs and reports into `nb` (in place)."""
-    nbformat = require_nbformat()
+    """Execute the code cells in order, writing outputs and reports into `nb` (in place).
+
+    `hooks` (default: `cancelkernel run`'s, from allow_errors and progress) say
+    which cells run, what happens around each, and when to stop.
+    """
+    hooks = hooks if hooks is not None else CellHooks(allow_errors=allow_errors, progress=progress)
     run = NotebookRun()
-    code_cells = [(i, c) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
-    for n, (index, cell) in enumerate(code_cells, 1):
-        if not cell.source.strip():
+    hooks.notebook_start(nb)
+    for index, cell in enumerate(nb.cells):
+        hooks.cell_start(index, cell)
+        if not hooks.runs(index, cell):
+            hooks.cell_complete(index, cell, None)
             continue
-        wall, quiet = cell_budgets(cell, index)
-        cell_id = str(cell.get("id") or f"cell-{index}")
-        try:
-            result = ak.run(
-                cell.source,
-                wall_budget=wall if wall is not None else wall_budget,
-                quiet_budget=quiet if quiet is not None else quiet_budget,
-                cell_id=cell_id,
-            )
-        except RunawayCellError as exc:  # only when a notebook repeats a cell id
-            result = exc.attempts[-1]
-        cell.outputs = [nbformat.from_dict(o) for o in result.outputs]
-        cell.execution_count = result.execution_count
-        if result.status in ("interrupted", "restarted", "died"):
-            cell.outputs.append(nbformat.from_dict(report_output(result)))
-            cell.metadata.setdefault(KEY, {})["agent"] = _cell_meta(result)
+        result = run_cell(cell, index, ak, wall_budget=wall_budget, quiet_budget=quiet_budget, hooks=hooks)
         run.results.append((index, result))
-        if progress is not None:
-            progress(f"[{n}/{len(code_cells)}] cell {index}: {result.summary()}")
-        if result.status != "ok" and not allow_errors:
+        hooks.cell_complete(index, cell, result)
+        if not hooks.keep_going(index, cell, result):
             run.stopped_at = index
             break
     return run
+
+
+def run_cell(
+    cell: t.Any,
+    index: int,
+    ak: AgentKernel,
+    *,
+    wall_budget: float | str | None = None,
+    quiet_budget: float | None = None,
+    hooks: CellHooks | None = None,
+) -> CellResult:
+    """Run one code cell under the policy (its own budgets first); its outputs and any report go into `cell`."""
+    nbformat = require_nbformat()
+    wall, quiet = cell_budgets(cell, index)
+    cell_id = str(cell.get("id") or f"cell-{index}")
+    wall_v = wall if wall is not None else wall_budget
+    quiet_v = quiet if quiet is not None else quiet_budget
+    try:
+        if hooks is None or hooks.live_every is None:
+            result = ak.run(cell.source, wall_budget=wall_v, quiet_budget=quiet_v, cell_id=cell_id)
+        else:
+            submission = ak.submit(cell.source, wall_budget=wall_v, quiet_budget=quiet_v, cell_id=cell_id, want_status=False)
+            while not submission.wait(hooks.live_every):
+                hooks.cell_running(index, cell, submission.watch.outputs)
+            result = submission.result()
+    except RunawayCellError as exc:  # only when a notebook repeats a cell id
+        result = exc.attempts[-1]
+    cell.outputs = [nbformat.from_dict(o) for o in result.outputs]
+    cell.execution_count = result.execution_count
+    if result.status in ("interrupted", "restarted", "died"):
+        cell.outputs.append(nbformat.from_dict(report_output(result)))
+        cell.metadata.setdefault(KEY, {})["agent"] = _cell_meta(result)
+    return result
 
 
 def _cell_meta(result: CellResult) -> dict[str, t.Any]:
