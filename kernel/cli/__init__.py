@@ -1,4 +1,4 @@
-"""The command line: `cancelkernel install|uninstall|kernel|demo|exec|run`.
+"""The command line: `cancelkernel install|uninstall|kernel|demo|exec|run|mcp`.
 
 Owns: parsing and dispatch (`main`), option types (`options`), the agent
 commands (`agent_commands`), the demo (`demo`, `demo_policy`).  May import

@@ -1,4 +1,4 @@
-"""The `cancelkernel` command: install, uninstall, kernel, demo, exec, run."""
+"""The `cancelkernel` command: install, uninstall, kernel, demo, exec, run, mcp."""
 
 from __future__ import annotations
 
@@ -38,6 +38,7 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("exec", help="run code under the agent policy and print the result (see `cancelkernel exec --help`)", add_help=False)
     sub.add_parser("run", help="execute a notebook under the agent policy (see `cancelkernel run --help`)", add_help=False)
+    sub.add_parser("mcp", help="serve the agent policy over MCP, stdio or streamable HTTP (see `cancelkernel mcp --help`)", add_help=False)
 
     p = sub.add_parser("demo", help="start the kernel, interrupt a few runaway cells, show that state survives")
     p.add_argument("--exec-thread", choices=["main", "worker", "both"], default="both", help="which mode(s) to show (default: %(default)s)")
@@ -60,6 +61,10 @@ def main(argv: list[str] | None = None) -> int:
         from .agent_commands import run_main
 
         return run_main(argv[1:])
+    if argv and argv[0] == "mcp":
+        from ..mcp import main as mcp_main
+
+        return mcp_main(argv[1:])
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command is None:

@@ -9,6 +9,10 @@ boundary cannot be crossed lazily either.  Rules (each sub-package's
 - native/: nothing of ours
 - the shared pure modules (protocol, durations, frames): nothing of ours, no third party
 - checkpoint/: never the runtime, the kernel side, the agent or the command line
+- papermill/: papermill, nbformat and the agent client: never the kernel side, the runtime, native,
+  checkpoint or the command line; and the agent never imports papermill (the engine sits on top of it)
+- mcp/: the agent client, the shared pure modules, the command line's option types and the MCP SDK: never
+  the kernel side, the runtime, native, checkpoint or jupyter_client itself; only the command line imports it
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import pytest
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 # Source directory of each top-level part of the import package `cancelkernel`.
 SOURCES = {"cancelkernel": "kernel", "cancelkernel.native": "native", "cancelkernel.kernelspec": "kernelspec"}
-JUPYTER = ("ipykernel", "IPython", "jupyter_client", "jupyter_core", "traitlets", "zmq", "tornado", "comm", "nbformat", "nbclient")
+JUPYTER = ("ipykernel", "IPython", "jupyter_client", "jupyter_core", "traitlets", "zmq", "tornado", "comm", "nbformat", "nbclient", "papermill")
 PURE = ("cancelkernel.protocol", "cancelkernel.durations", "cancelkernel.frames", "cancelkernel.directives")
 MAX_LINES = 400
 
@@ -71,15 +75,20 @@ def crosses(name: str, forbidden: tuple[str, ...]) -> bool:
     return any(name == f or name.startswith(f + ".") for f in forbidden)
 
 
-OURS = ("cancelkernel.runtime", "cancelkernel.kernel", "cancelkernel.agent", "cancelkernel.checkpoint", "cancelkernel.cli", "cancelkernel.native")
+OURS = ("cancelkernel.runtime", "cancelkernel.kernel", "cancelkernel.agent", "cancelkernel.checkpoint", "cancelkernel.cli", "cancelkernel.native",
+        "cancelkernel.papermill")
 RULES = [
     ("cancelkernel.runtime", (*JUPYTER, *OURS[1:5], "cancelkernel.testing", "cancelkernel.kernelspec")),
     ("cancelkernel.agent", ("ipykernel", "IPython", "cancelkernel.kernel", "cancelkernel.runtime", "cancelkernel.native", "cancelkernel.checkpoint",
-                            "cancelkernel.cli", "cancelkernel.testing")),
+                            "cancelkernel.cli", "cancelkernel.testing", "papermill", "cancelkernel.papermill")),
+    ("cancelkernel.papermill", ("ipykernel", "IPython", "cancelkernel.kernel", "cancelkernel.runtime", "cancelkernel.native", "cancelkernel.checkpoint",
+                                "cancelkernel.cli", "cancelkernel.testing")),
     ("cancelkernel.native", (*OURS[:5], *PURE)),
     ("cancelkernel.checkpoint", ("cancelkernel.runtime", "cancelkernel.kernel", "cancelkernel.agent", "cancelkernel.cli", "cancelkernel.native",
-                                 "ipykernel", "jupyter_client", "zmq")),
+                                 "cancelkernel.papermill", "ipykernel", "jupyter_client", "zmq")),
     *((pure, (*JUPYTER, *OURS)) for pure in PURE),
+    ("cancelkernel.mcp", ("ipykernel", "IPython", "jupyter_client", "zmq", "cancelkernel.kernel", "cancelkernel.runtime", "cancelkernel.native",
+                          "cancelkernel.checkpoint", "cancelkernel.testing", "cancelkernel.papermill")),
 ]
 
 
@@ -89,6 +98,17 @@ def test_no_import_crosses_a_boundary(owner: str, forbidden: tuple[str, ...]) ->
     assert found, f"no modules found for {owner}"
     wrong = sorted((m, name) for m, p in found.items() for name in imports_of(m, p) if crosses(name, forbidden))
     assert wrong == [], f"{owner} must not import {forbidden}; found (module, import): {wrong}"
+
+
+def test_the_mcp_server_sits_on_top() -> None:
+    """mcp/ takes only the option types from the command line, and only the command line imports mcp/."""
+    found = modules()
+    wrong = sorted(
+        (m, name) for m, p in found.items() for name in imports_of(m, p)
+        if (m.startswith("cancelkernel.mcp") and crosses(name, ("cancelkernel.cli",)) and not crosses(name, ("cancelkernel.cli.options",)))
+        or (crosses(name, ("cancelkernel.mcp",)) and not m.startswith(("cancelkernel.mcp", "cancelkernel.cli")))
+    )
+    assert wrong == [], f"(module, import) across the MCP server's boundary: {wrong}"
 
 
 def test_every_import_of_ours_names_a_module_that_exists() -> None:

@@ -1,0 +1,29 @@
+"""The MCP server (`cancelkernel mcp`): the agent client's policy behind the Model Context Protocol.
+
+Owns: the command line and defaults (`options`), kernels and executions by id
+(`sessions`, `executions`), the tools (`tools`: cells and kernels; `notebooks`),
+their argument types and answer shapes (`args`, `models`, `shapes`, `outputs`),
+waiting with progress and cancellation (`waiting`), the resources
+(`resources`), and the server and its transports (`server`).  May import: the
+agent client (`cancelkernel.agent`, its public API), the shared pure modules,
+the command line's option types, the `mcp` SDK and pydantic (the extra
+`cancelkernel[mcp]`).  Never the kernel side, the runtime, the native flag or
+the checkpoints package (a test checks).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+__all__ = ["main"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`cancelkernel mcp ...`; says how to install the SDK if it is missing."""
+    if importlib.util.find_spec("mcp") is None:
+        print("cancelkernel mcp needs the MCP SDK, which is not installed: pip install 'cancelkernel[mcp]'", file=sys.stderr)
+        return 2
+    from .server import main as serve
+
+    return serve(argv)
