@@ -28,6 +28,8 @@ V1 = "v1.kernel.websocket.jupyter.org"
 # Bounded per poll: a flood never starves the caller's checks.
 MAX_PER_POLL = 1000
 CONNECT_TIMEOUT = 30.0
+# Seconds a frame that has begun may go without a byte before the connection counts as dropped (a read never blocks longer).
+FRAME_TIMEOUT = 10.0
 # Tries to reconnect a dropped connection, and the pause between them.
 RECONNECT_TRIES = 5
 RECONNECT_PAUSE = 0.5
@@ -63,6 +65,7 @@ class WebsocketTransport:
         for protocols in ([V1], None):
             try:
                 self._ws = websocket.create_connection(url, timeout=CONNECT_TIMEOUT, header=header, subprotocols=protocols)
+                self._ws.settimeout(FRAME_TIMEOUT)
                 self.protocol = self._ws.getsubprotocol() or ""
                 return
             except websocket.WebSocketBadStatusException as exc:
@@ -111,6 +114,8 @@ class WebsocketTransport:
                 frame = self._ws.recv()
             except _dropped():
                 self._reconnect()  # what arrived meanwhile is replayed by the server, and read next time
+                if time.monotonic() >= deadline:
+                    break  # a server that keeps closing the connection must not keep the caller here
                 continue
             decoded = self._decode(frame)
             if decoded is not None:
@@ -184,7 +189,8 @@ class WebsocketTransport:
 def _dropped() -> tuple[type[BaseException], ...]:
     """The errors of a connection that went away (the server restarted, the network dropped)."""
     websocket = _websocket()
-    return (websocket.WebSocketConnectionClosedException, ConnectionError, BrokenPipeError, OSError)
+    # A timeout: a frame stalled for FRAME_TIMEOUT after the socket said readable (a half-open connection).
+    return (websocket.WebSocketConnectionClosedException, websocket.WebSocketTimeoutException, ConnectionError, BrokenPipeError, OSError)
 
 
 def serialize_v1(channel: str, parts: list[bytes]) -> bytes:
