@@ -7,9 +7,8 @@ Two measurements, each run interleaved (MCP, then direct) so machine load hits b
    `cancelkernel mcp` subprocess over stdio, vs `AgentKernel.run("1")`.
 2. Interrupt -> result for the runaway set (benchmarks/_common.py RUNAWAYS): the cell
    is started (MCP: `execute(wait=0.3)` answers `running`; direct: `submit`), 0.3 to
-   0.4 s later (the same random delay for both sides: the agent client's run loop sees
-   an interrupt request at its next 0.1 s poll, so a fixed delay would favour whichever
-   side happens to line up with it) the clock starts and the cell is interrupted (MCP:
+   0.4 s later (the same random delay for both sides, so that neither lines up with a
+   periodic tick of the kernel or the client) the clock starts and the cell is interrupted (MCP:
    the `interrupt` tool, which answers with the result; direct: `Submission.interrupt()`
    then `result()`).
    Cells that cannot be interrupted (the regex holds the GIL) end in a restart on both

@@ -262,6 +262,7 @@ class AgentKernel:
     def interrupt(self) -> None:
         """Ask for the running cell to be interrupted (thread-safe; counts as its one interrupt)."""
         self._manual.set()
+        self.link.wake()  # the run loop sees it now, not at the end of its current wait
 
     def reset_cell(self, cell: str) -> None:
         """Give a cell (its cell_id, or its cell_key) a fresh interrupt and forget its attempts."""

@@ -21,6 +21,7 @@ from .errors import KernelStartError
 from .lifecycle import Lifecycle
 from .lifecycle.local import new_kernel_pid
 from .transport import Transport
+from .transport.waker import Waker
 
 # How long an interrupt_request may go unanswered before the kernel counts as
 # wedged (GIL held) and a local kernel gets SIGINT instead.
@@ -99,6 +100,7 @@ class KernelLink:
         self.restarts = 0
         self._control_replies: dict[str, dict] = {}
         self._pending: collections.deque[tuple[str, dict]] = collections.deque(maxlen=KEEP_PENDING)
+        self._waker: Waker | None = None  # another thread's interrupt ends the run loop's wait at once (made by the first poll)
 
     @property
     def kernel_name(self) -> str:
@@ -191,9 +193,18 @@ class KernelLink:
             return out + self._receive(0)
         return self._receive(timeout)
 
+    def wake(self) -> None:
+        """End a wait in `poll` now (thread-safe): the caller has something for the run loop to see."""
+        waker = self._waker
+        if waker is not None:
+            waker.wake()
+
     def _receive(self, timeout: float) -> list[tuple[str, dict]]:
         """From the transport; control replies are also kept for wait_control."""
-        out = self._transport().poll(timeout)
+        if self._waker is None:
+            self._waker = Waker()
+        out = self._transport().poll(timeout, self._waker.fileno())
+        self._waker.drain()
         for channel, msg in out:
             if channel == "control":
                 self._keep_control(msg)
@@ -331,6 +342,9 @@ class KernelLink:
     def shutdown(self, *, shutdown_connected: bool = False) -> None:
         """Stop the channels; shut down a kernel started here (a connected one only if asked).  Never raises."""
         self.transport = None
+        waker, self._waker = self._waker, None
+        if waker is not None:
+            waker.close()
         self.lifecycle.shutdown(shutdown_connected=shutdown_connected)
 
 

@@ -19,8 +19,8 @@ class Transport(t.Protocol):
         """Send a new message; return its msg_id."""
         ...
 
-    def poll(self, timeout: float) -> list[tuple[str, dict]]:
-        """Messages that arrived within `timeout` seconds, as (channel, message)."""
+    def poll(self, timeout: float, wake: int | None = None) -> list[tuple[str, dict]]:
+        """Messages that arrived within `timeout` seconds, as (channel, message); the wait also ends when `wake` (a fd) is readable."""
         ...
 
     def heartbeat(self) -> bool | None:

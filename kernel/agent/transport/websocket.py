@@ -103,12 +103,12 @@ class WebsocketTransport:
         else:
             self._ws.send(frame)
 
-    def poll(self, timeout: float) -> list[tuple[str, dict]]:
+    def poll(self, timeout: float, wake: int | None = None) -> list[tuple[str, dict]]:
         out: list[tuple[str, dict]] = []
         deadline = time.monotonic() + max(timeout, 0.0)
         while len(out) < MAX_PER_POLL:
             wait = 0.0 if out else max(0.0, deadline - time.monotonic())
-            if not self._readable(wait):
+            if not self._readable(wait, wake):
                 break
             try:
                 frame = self._ws.recv()
@@ -133,7 +133,8 @@ class WebsocketTransport:
 
     # -- frames --
 
-    def _readable(self, wait: float) -> bool:
+    def _readable(self, wait: float, wake: int | None = None) -> bool:
+        """Whether a frame can be read now, waiting up to `wait` (False at once when `wake` is readable and no frame is)."""
         sock = getattr(self._ws, "sock", None)
         if sock is None:
             self._reconnect()
@@ -141,11 +142,11 @@ class WebsocketTransport:
         if getattr(sock, "pending", lambda: 0)():
             return True  # TLS bytes already decrypted and waiting
         try:
-            ready, _, _ = select.select([sock], [], [], wait)
+            ready, _, _ = select.select([sock] if wake is None else [sock, wake], [], [], wait)
         except (OSError, ValueError):
             self._reconnect()
             return False
-        return bool(ready)
+        return sock in ready
 
     def _decode(self, frame: bytes | str) -> tuple[str, dict] | None:
         try:

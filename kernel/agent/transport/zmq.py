@@ -29,10 +29,12 @@ class ZmqTransport:
         self._channels[channel].send(msg)
         return str(msg["header"]["msg_id"])
 
-    def poll(self, timeout: float) -> list[tuple[str, dict]]:
+    def poll(self, timeout: float, wake: int | None = None) -> list[tuple[str, dict]]:
         poller = zmq.Poller()
         for ch in self._channels.values():
             poller.register(ch.socket, zmq.POLLIN)
+        if wake is not None:
+            poller.register(wake, zmq.POLLIN)
         ready = dict(poller.poll(int(max(timeout, 0) * 1000)))
         out: list[tuple[str, dict]] = []
         for name, ch in self._channels.items():
