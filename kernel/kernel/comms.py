@@ -8,7 +8,7 @@ Two rules, both found by driving ipywidgets in JupyterLab (tests/browser):
   usually the parent shell whose cell made the widget, which is busy: the
   observer ran only after the cell.  We keep ipykernel's routing for a reply to
   a request the kernel sent (its id is pending) and otherwise honour the
-  frontend's choice.
+  frontend's choice (`upstream.honour_frontend_subshell`).
 - **Status.** A comm message that reaches a shell whose cell is running (worker
   mode, an awaiting cell) is dispatched "concurrently" with no busy/idle at all;
   ipywidgets then waits forever for that idle and never syncs the widget again.
@@ -19,12 +19,9 @@ Two rules, both found by driving ipywidgets in JupyterLab (tests/browser):
 
 from __future__ import annotations
 
-import logging
 import typing as t
 
 from . import upstream
-
-log = logging.getLogger(__name__)
 
 COMM_MESSAGES = frozenset({"comm_open", "comm_msg", "comm_close"})
 
@@ -32,32 +29,6 @@ if t.TYPE_CHECKING:
     from ipykernel.ipkernel import IPythonKernel as _Kernel
 else:
     _Kernel = object
-
-
-def honour_frontend_subshell() -> bool:
-    """Make comm messages run on the subshell the frontend chose, except replies to the kernel's own requests.
-
-    Returns False (and changes nothing) when this ipykernel has no such routing.
-    """
-    try:
-        from ipykernel.comm.comm import BaseComm, _request_id
-    except ImportError:
-        return False
-    ipykernel_route = getattr(BaseComm, "_reply_subshell_for", None)
-    if ipykernel_route is None:
-        return False
-    if getattr(ipykernel_route, "honours_frontend", False):
-        return True
-
-    def route(comm: t.Any, data: t.Any, frontend_choice: str | None) -> str | None:
-        pending = getattr(comm, "_reply_subshell_ids", {})
-        if frontend_choice is not None and _request_id(data) not in pending:
-            return frontend_choice
-        return ipykernel_route(comm, data, frontend_choice)
-
-    route.honours_frontend = True  # type: ignore[attr-defined]
-    BaseComm._reply_subshell_for = route  # type: ignore[method-assign]
-    return True
 
 
 class CommStatus(_Kernel):

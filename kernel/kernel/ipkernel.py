@@ -28,7 +28,7 @@ from ..frames import Frame
 from ..runtime.execution import Budgets, Execution, StackRecord
 from ..runtime.runtime import Runtime
 from . import events, metadata, upstream
-from .comms import CommStatus, honour_frontend_subshell
+from .comms import CommStatus
 from .control import ControlRequests
 from .interrupts import PendingCancels
 from .options import KernelOptions
@@ -59,7 +59,7 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
         shell = self.shell
         assert isinstance(shell, CancelShell)
         _log_to(self.log)
-        honour_frontend_subshell()  # widgets answer on the subshell JupyterLab chose (comms.py)
+        upstream.honour_frontend_subshell()  # widgets answer on the subshell JupyterLab chose (comms.py)
         self._shutting_down = False
         self._last_stack: dict | None = None
         # Held while a note is published and while a cell's traceback closes its notes: a note comes before it or never.

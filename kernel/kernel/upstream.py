@@ -35,6 +35,8 @@ REVIEWED: dict[str, dict[str, str]] = {
     "ipykernel.kernelbase:Kernel.shell_channel_thread_main": {"7.4.0": "cb7451df829a0f42"},  # wrapped: note_received
     "ipykernel.kernelbase:Kernel._publish_status": {"7.4.0": "415eebd1179c705c"},  # wrapped: parent_type
     "ipykernel.kernelbase:Kernel.delete_subshell_request": {"7.4.0": "30b166ac9414ff0b"},  # wrapped: cell stopped first
+    "ipykernel.comm.comm:BaseComm._reply_subshell_for": {"7.4.0": "6693678da2a5841c"},  # wrapped: honour_frontend_subshell
+    "ipykernel.kernelbase:Kernel.dispatch_shell": {"7.4.0": "7ecbeb6a2a811091"},  # concurrent: no status (comms.CommStatus)
 }
 
 
@@ -259,3 +261,35 @@ def parent_type(kernel: t.Any, channel: str, parent: dict | None) -> str | None:
     parent = parent or kernel.get_parent(channel)
     header = parent.get("header") if isinstance(parent, dict) else None
     return header.get("msg_type") if isinstance(header, dict) else None
+
+
+# -- BaseComm._reply_subshell_for (ipykernel 7.4.0) ------------------------------------------
+
+
+def honour_frontend_subshell() -> bool:
+    """Make comm messages run on the subshell the frontend chose, except replies to the kernel's own requests (comms.py says why).
+
+    ipykernel routes a frontend's comm message to the subshell that last
+    published on the comm; we keep that only when the message answers a
+    request id the comm is waiting for.  Returns False (and changes nothing)
+    when this ipykernel has no such routing.
+    """
+    try:
+        from ipykernel.comm.comm import BaseComm, _request_id
+    except ImportError:
+        return False
+    ipykernel_route = getattr(BaseComm, "_reply_subshell_for", None)
+    if ipykernel_route is None:
+        return False
+    if getattr(ipykernel_route, "honours_frontend", False):
+        return True
+
+    def route(comm: t.Any, data: t.Any, frontend_choice: str | None) -> str | None:
+        pending = getattr(comm, "_reply_subshell_ids", {})
+        if frontend_choice is not None and _request_id(data) not in pending:
+            return frontend_choice
+        return ipykernel_route(comm, data, frontend_choice)
+
+    route.honours_frontend = True  # type: ignore[attr-defined]
+    BaseComm._reply_subshell_for = route  # type: ignore[method-assign]
+    return True

@@ -21,8 +21,6 @@ from cancelkernel.testing.servers import Server, jupyter_server
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples", "native"))
 from native_build import build_montecarlo  # noqa: E402
 
-pytest.importorskip("jupyter_server", reason="install the test extra: pip install '.[test]'")
-
 # (what, the cell, whether the kernel stops it in main mode, in worker mode)
 RUNAWAYS = [
     ("Python loop", "while True:\n    pass", True, True),

@@ -24,8 +24,7 @@ from cancelkernel.agent import AgentKernel, BadInputError, KernelStartError, Run
 from cancelkernel.cli.agent_commands import exec_main, run_main
 from cancelkernel.testing.servers import Server, free_port, jupyter_server, kernel_gateway, server_through_gateway
 
-pytest.importorskip("websocket", reason="install the remote extra: pip install '.[remote]'")
-pytest.importorskip("kernel_gateway", reason="install the test extra: pip install '.[test]'")
+# websocket-client and jupyter_kernel_gateway come with the test extra: missing, these tests fail (never skip).
 
 GRACE = 0.5
 
