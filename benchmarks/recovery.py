@@ -16,6 +16,7 @@ Goals (ours with the spare): recovery <= 0.25 s for 100 MB, <= 1 s for 1 GB.
 
     python benchmarks/recovery.py --runs 3 --json benchmarks/results/recovery.json
     python benchmarks/recovery.py --state-mb 0,100,1024 --cases wedged --runs 3
+    python benchmarks/recovery.py --state-mb 1024 --state-kind numpy --kernels ours+spare,ours
 
 Runs are interleaved (run, size, case, kernel) so machine load hits every
 kernel alike; each kernel's spare is given time to start before the cell.
@@ -69,9 +70,16 @@ def _wait_for_spare(ak: AgentKernel, timeout: float = 30.0) -> None:
         time.sleep(0.05)
 
 
-def sample(ak: AgentKernel, case: Case, budget: float, state_mb: int) -> dict[str, Any]:
+# The state the namespace holds: memory a restore must fill (bytearray) or can map copy-on-write (numpy array).
+STATE_KINDS = {
+    "bytearray": "blob = bytearray({n})",
+    "numpy": "import numpy\nblob = numpy.arange({n}, dtype=numpy.uint8)",
+}
+
+
+def sample(ak: AgentKernel, case: Case, budget: float, state_mb: int, kind: str = "bytearray") -> dict[str, Any]:
     """One runaway cell on a kernel holding STATE MB."""
-    setup = ak.run(f"blob = bytearray({state_mb} * 2**20)\nrows = list(range(1000))")
+    setup = ak.run(STATE_KINDS[kind].format(n=state_mb * 2**20) + "\nrows = list(range(1000))")
     assert setup.status == "ok", setup.summary()
     if ak.checkpoints.available:
         ak.save_checkpoint()
@@ -106,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--budget", type=float, default=1.0, help="the budget that trips, seconds (default: %(default)s)")
     p.add_argument("--state-mb", default="0,100", help="comma list of MB of data in the namespace (default: %(default)s)")
+    p.add_argument("--state-kind", choices=sorted(STATE_KINDS), default="bytearray",
+                   help="what the state is: a bytearray (the restore fills new memory) or a numpy array (mapped copy-on-write) (default: %(default)s)")
     p.add_argument("--json", default=None, metavar="FILE")
     args = p.parse_args(argv)
     kernels = [k.strip() for k in args.kernels.split(",") if k.strip()]
@@ -121,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
             for size in sizes:
                 for case in cases:
                     for key in kernels:
-                        s = sample(agents[key], case, args.budget, size)
+                        s = sample(agents[key], case, args.budget, size, args.state_kind)
                         s.update(kernel=key, run=run)
                         samples.append(s)
                         rec = f"recovery {s['recovery']:.3f} s" if s["recovery"] is not None else "no restart"

@@ -1,12 +1,15 @@
 """No growth: threads, open file descriptors and RSS of a kernel over 10,000 cells with interrupts.
 
-    python benchmarks/soak.py [--cells 10000] [--mode main|worker|both] [--json PATH]
+    python benchmarks/soak.py [--cells 10000] [--mode main|worker|both|stock|all] [--json PATH]
 
 Each cell is short (a little busy work, a short sleep, sometimes a print);
 about one in three gets an interrupt_request at a random moment (aimed at it,
 at an ended cell, or untargeted), and one in ten runs in a subshell.  The
 kernel process is sampled from /proc every 1,000 cells; the table shows the
-first and last samples and the largest value seen.
+first and last samples and the largest value seen.  `stock` runs the same
+cells on stock ipykernel without the interrupts (its interrupt is a SIGINT that
+cannot be aimed, and one landing between cells may lose a reply): the baseline
+for what IPython itself keeps per cell.
 """
 
 from __future__ import annotations
@@ -36,7 +39,11 @@ def sample(pid: int) -> dict[str, int]:
 
 def soak(mode: str, cells: int, seed: int) -> dict:
     rng = random.Random(seed)
-    kernel = Kernel("cancelkernel", label=mode, extra_arguments=[f"--CancelKernel.exec_thread={mode}", "--CancelKernel.interrupt_grace=0.2"])
+    stock = mode == "stock"
+    if stock:
+        kernel = Kernel("python3", label=mode)
+    else:
+        kernel = Kernel("cancelkernel", label=mode, extra_arguments=[f"--CancelKernel.exec_thread={mode}", "--CancelKernel.interrupt_grace=0.2"])
     kernel.start()
     kc = kernel.kc
     assert kc is not None and kernel.pid is not None
@@ -52,7 +59,7 @@ def soak(mode: str, cells: int, seed: int) -> dict:
             msg["header"]["subshell_id"] = subshell
         kc.shell_channel.send(msg)
         msg_id = msg["header"]["msg_id"]
-        if rng.random() < 1 / 3:
+        if rng.random() < 1 / 3 and not stock:
             time.sleep(rng.uniform(0, 0.003))
             target = rng.choice([msg_id, rng.choice(ended) if ended else None, None])
             control_request(kc, "interrupt_request", {"target": target} if target else {})
@@ -71,13 +78,13 @@ def soak(mode: str, cells: int, seed: int) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cells", type=int, default=10_000)
-    parser.add_argument("--mode", choices=["main", "worker", "both"], default="both")
+    parser.add_argument("--mode", choices=["main", "worker", "both", "stock", "all"], default="both")
     parser.add_argument("--seed", type=int, default=20261201)
     parser.add_argument("--json", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "soak.json"))
     args = parser.parse_args()
     if args.cells < 1000:
         parser.error("--cells must be at least 1000 (one sample per 1,000 cells)")
-    modes = ["main", "worker"] if args.mode == "both" else [args.mode]
+    modes = {"both": ["main", "worker"], "all": ["main", "worker", "stock"]}.get(args.mode, [args.mode])
     results = []
     with kernels_cleaned_up(), private_kernelspecs():
         for mode in modes:

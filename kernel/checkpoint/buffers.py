@@ -8,13 +8,14 @@ The stream and each buffer are checksummed in CHUNK-sized pieces, so a restore
 checks them on all cores at once (zlib.crc32 releases the GIL) before anything
 is unpickled.  On restore the file is mapped copy-on-write: arrays come back as
 views of the map (nothing is copied; a page is copied the first time it is
-written); a bytearray is read straight into its own memory; array.array is
-copied out of the map once.
+written); a bytearray is read straight into its own unzeroed memory, a chunk
+per core, each checked as it arrives; array.array is copied out of the map once.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import ctypes
 import mmap
 import os
 import pickle
@@ -25,6 +26,7 @@ from typing import Any
 
 OOB_MIN = 1 << 20
 CHUNK = 64 << 20
+STEP = 4 << 20  # a bytearray is read and checked this much at a time (fits the cache)
 ALIGN = 4096
 LAYOUT = 2
 
@@ -99,11 +101,8 @@ def load(fd: int, entry: dict, unpickler: Callable[..., pickle.Unpickler]) -> An
         verify(view[:stream], stream_chunks)
         buffers: list[Any] = []
         for offset, length, copy, chunks in spans:
-            if copy:  # a bytearray owns its memory: read it there directly, then check it
-                own = bytearray(length)
-                _read_at(fd, own, offset)
-                verify(memoryview(own), chunks)
-                buffers.append(own)
+            if copy:  # a bytearray owns its memory: read it there directly, checked as it comes in
+                buffers.append(read_verified(fd, offset, length, chunks))
             else:
                 verify(view[offset : offset + length], chunks)
                 buffers.append(view[offset : offset + length])
@@ -113,10 +112,60 @@ def load(fd: int, entry: dict, unpickler: Callable[..., pickle.Unpickler]) -> An
         os.close(fd)
 
 
-def _read_at(fd: int, into: bytearray, offset: int) -> None:
-    view, got = memoryview(into), 0
+def read_verified(fd: int, offset: int, length: int, chunks: list[int]) -> bytearray:
+    """`length` bytes of the file at `offset` as a new bytearray, each CHUNK read and checked on its own core; Damaged if one differs.
+
+    The bytearray's memory is not zeroed first (it is about to be overwritten
+    whole), so its pages are first touched by the reads, on every core at once:
+    on this kind of machine filling new memory, not copying, is what a restore
+    of a large bytearray costs.
+    """
+    if len(chunks) != max(1, -(-length // CHUNK)):
+        raise Damaged("the manifest's checksums do not cover its bytes")
+    own = _unfilled_bytearray(length)
+    view = memoryview(own)
+
+    def one(i: int) -> int:
+        start, end = i * CHUNK, min(length, (i + 1) * CHUNK)
+        crc = 0
+        for at in range(start, end, STEP):  # checked while the bytes just read are still in the cache
+            piece = view[at : min(end, at + STEP)]
+            _read_at(fd, piece, offset + at)
+            crc = zlib.crc32(piece, crc)
+        return crc
+
+    workers = min(len(chunks), os.cpu_count() or 1, 8)
+    if workers <= 1:
+        found = [one(i) for i in range(len(chunks))]
+    else:
+        with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="cancelkernel-read") as pool:
+            found = list(pool.map(one, range(len(chunks))))
+    if found != chunks:
+        raise Damaged("its bytes do not match the checksum recorded when it was saved: the file was changed or damaged")
+    return own
+
+
+def _unfilled_bytearray(length: int) -> bytearray:
+    """A bytearray of `length` bytes whose memory is not written first (CPython's PyByteArray_FromStringAndSize(NULL, n))."""
+    global _from_string_and_size
+    if _from_string_and_size is None:
+        try:
+            make = ctypes.pythonapi.PyByteArray_FromStringAndSize
+        except AttributeError:  # not CPython: a zeroed one does as well, only slower
+            return bytearray(length)
+        make.restype = ctypes.py_object
+        make.argtypes = [ctypes.c_char_p, ctypes.c_ssize_t]
+        _from_string_and_size = make
+    return t.cast(bytearray, _from_string_and_size(None, length))
+
+
+_from_string_and_size: Any = None
+
+
+def _read_at(fd: int, into: memoryview, offset: int) -> None:
+    got = 0
     while got < len(into):
-        n = os.preadv(fd, [view[got:]], offset + got)
+        n = os.preadv(fd, [into[got:]], offset + got)
         if n <= 0:
             raise Damaged("its file ended early: truncated")
         got += n

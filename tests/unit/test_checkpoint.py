@@ -589,6 +589,7 @@ def test_one_corrupt_variable_file_the_others_come_back(cdir):
 
 def test_large_buffers_leave_the_stream_are_checked_per_chunk_and_come_back(cdir, monkeypatch):
     monkeypatch.setattr(cbuffers, "CHUNK", 1 << 20)  # several chunks without hundreds of MB
+    monkeypatch.setattr(cbuffers, "STEP", 256 << 10)  # and several read-and-check steps in each
     ns = fresh()
     ns.update(
         whole=bytearray(os.urandom(3 << 20)),
@@ -620,6 +621,7 @@ def test_large_buffers_leave_the_stream_are_checked_per_chunk_and_come_back(cdir
 
 def test_damage_to_an_out_of_band_buffer_is_found_before_unpickling(cdir, monkeypatch):
     monkeypatch.setattr(cbuffers, "CHUNK", 1 << 20)
+    monkeypatch.setattr(cbuffers, "STEP", 256 << 10)
     ns = fresh()
     ns.update(flipped=bytearray(os.urandom(3 << 20)), cut=bytearray(os.urandom(3 << 20)), outside=bytearray(2 << 20), fine=1)
     checkpoint.save(ns, cdir)
