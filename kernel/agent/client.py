@@ -162,10 +162,7 @@ class AgentKernel:
         risky: bool | None = None,
     ) -> CellResult:
         """Run one cell under the policy.  Budgets default to the AgentKernel's; math.inf turns one off."""
-        if not isinstance(code, str):
-            raise BadInputError(f"code must be a str (the cell's source), not {type(code).__name__}")
-        if cell_id is not None and not isinstance(cell_id, str):
-            raise BadInputError(f"cell_id must be a str or None, not {cell_id!r}")
+        _check_cell(code, cell_id)
         with self._turn.exclusive("run a cell"):
             return self._run(code, cell_id, cell_key(code, cell_id), wall_budget, quiet_budget, risky)
 
@@ -185,10 +182,7 @@ class AgentKernel:
         seconds since output, and with want_status where the kernel sees it,
         refreshed about once a second); `result()` waits for the CellResult.
         """
-        if not isinstance(code, str):
-            raise BadInputError(f"code must be a str (the cell's source), not {type(code).__name__}")
-        if cell_id is not None and not isinstance(cell_id, str):
-            raise BadInputError(f"cell_id must be a str or None, not {cell_id!r}")
+        _check_cell(code, cell_id)
         key = cell_key(code, cell_id)
         self._turn.claim("submit a cell")
 
@@ -395,3 +389,11 @@ class AgentKernel:
 
 def _exit_text(link: KernelLink) -> str:
     return describe_exit(link.exit_code())
+
+
+def _check_cell(code: object, cell_id: object) -> None:
+    """What run() and submit() refuse before anything is sent."""
+    if not isinstance(code, str):
+        raise BadInputError(f"code must be a str (the cell's source), not {type(code).__name__}")
+    if cell_id is not None and not isinstance(cell_id, str):
+        raise BadInputError(f"cell_id must be a str or None, not {cell_id!r}")

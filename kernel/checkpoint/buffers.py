@@ -76,17 +76,27 @@ def out_of_band(buffers: list[pickle.PickleBuffer]) -> Callable[[pickle.PickleBu
 
 def verify(view: memoryview, chunks: list[int]) -> None:
     """Check every CHUNK of `view` against its CRC-32, in parallel when there are several; Damaged if one differs."""
-    if len(chunks) != max(1, -(-len(view) // CHUNK)):
+    _check_coverage(len(view), chunks)
+    _check_crcs(_per_chunk(lambda i: zlib.crc32(view[i * CHUNK : (i + 1) * CHUNK]), len(chunks)), chunks)
+
+
+def _check_coverage(length: int, chunks: list[int]) -> None:
+    if len(chunks) != max(1, -(-length // CHUNK)):
         raise Damaged("the manifest's checksums do not cover its bytes")
-    pieces = [view[i * CHUNK : (i + 1) * CHUNK] for i in range(len(chunks))]
-    if len(pieces) == 1:
-        found = [zlib.crc32(pieces[0])]
-    else:
-        workers = min(len(pieces), os.cpu_count() or 1, 8)
-        with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="cancelkernel-crc") as pool:
-            found = list(pool.map(zlib.crc32, pieces))
+
+
+def _check_crcs(found: list[int], chunks: list[int]) -> None:
     if found != chunks:
         raise Damaged("its bytes do not match the checksum recorded when it was saved: the file was changed or damaged")
+
+
+def _per_chunk(work: Callable[[int], int], count: int) -> list[int]:
+    """work(0) ... work(count - 1), on every core when there are several (the work releases the GIL)."""
+    workers = min(count, os.cpu_count() or 1, 8)
+    if workers <= 1:
+        return [work(i) for i in range(count)]
+    with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="cancelkernel-chunk") as pool:
+        return list(pool.map(work, range(count)))
 
 
 def load(fd: int, entry: dict, unpickler: Callable[..., pickle.Unpickler]) -> Any:
@@ -120,8 +130,7 @@ def read_verified(fd: int, offset: int, length: int, chunks: list[int]) -> bytea
     on this kind of machine filling new memory, not copying, is what a restore
     of a large bytearray costs.
     """
-    if len(chunks) != max(1, -(-length // CHUNK)):
-        raise Damaged("the manifest's checksums do not cover its bytes")
+    _check_coverage(length, chunks)
     own = _unfilled_bytearray(length)
     view = memoryview(own)
 
@@ -134,14 +143,7 @@ def read_verified(fd: int, offset: int, length: int, chunks: list[int]) -> bytea
             crc = zlib.crc32(piece, crc)
         return crc
 
-    workers = min(len(chunks), os.cpu_count() or 1, 8)
-    if workers <= 1:
-        found = [one(i) for i in range(len(chunks))]
-    else:
-        with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="cancelkernel-read") as pool:
-            found = list(pool.map(one, range(len(chunks))))
-    if found != chunks:
-        raise Damaged("its bytes do not match the checksum recorded when it was saved: the file was changed or damaged")
+    _check_crcs(_per_chunk(one, len(chunks)), chunks)
     return own
 
 

@@ -34,7 +34,7 @@ def _base(kind: str, execution: Execution, message: str) -> dict:
 
 
 def runaway(execution: Execution, reason: str, frames: list[Frame], *, interrupting: bool) -> dict:
-    budget = execution.budgets.wall if reason == protocol.REASON_WALL_BUDGET else execution.budgets.quiet
+    budget = execution.budgets.of(reason)
     event = _base(protocol.EVENT_RUNAWAY, execution, texts.runaway_note(execution, reason, frames, interrupting=interrupting))
     event.update(reason=reason, budget=budget, action="interrupt" if interrupting else "warn", stack=as_dicts(frames))
     return event

@@ -21,19 +21,12 @@ REASON_TEXT = {
 }
 
 
-def _reason(execution: Execution) -> str:
-    reason = execution.cancel.reason or ""
-    text = REASON_TEXT.get(reason, "interrupted")
-    budget = _budget_of(execution, reason)
+def _reason(execution: Execution, reason: str | None = None) -> str:
+    """Why the cell was (or is being) interrupted, with the budget's seconds when a budget was the reason."""
+    reason = execution.cancel.reason if reason is None else reason
+    text = REASON_TEXT.get(reason or "", "interrupted")
+    budget = execution.budgets.of(reason)
     return f"{text} of {budget:g} s" if budget else text
-
-
-def _budget_of(execution: Execution, reason: str) -> float:
-    if reason == protocol.REASON_WALL_BUDGET:
-        return execution.budgets.wall
-    if reason == protocol.REASON_QUIET_BUDGET:
-        return execution.budgets.quiet
-    return 0.0
 
 
 def gil_clause(seconds: float) -> str:
@@ -51,12 +44,8 @@ def interrupt_message(execution: Execution, gil_held: float = 0.0) -> str:
 
 
 def runaway_note(execution: Execution, reason: str, frames: list[Frame], *, interrupting: bool) -> str:
-    if reason == protocol.REASON_WALL_BUDGET:
-        what = f"the cell ran past its wall budget of {execution.budgets.wall:g} s"
-    else:
-        what = f"the cell printed nothing for its quiet budget of {execution.budgets.quiet:g} s"
     then = "interrupting it" if interrupting else "not interrupting it (on_runaway=warn)"
-    return f"{what}, at {describe(frames)}: {then}"
+    return f"{_reason(execution, reason)}, at {describe(frames)}: {then}"
 
 
 def unresponsive_note(execution: Execution, why: str, frames: list[Frame], grace: float) -> str:
@@ -81,7 +70,7 @@ def gil_note(execution: Execution, frames: list[Frame], seconds: float) -> str:
     if overran and not execution.cancelled:
         what = "wall budget" if overran == protocol.REASON_WALL_BUDGET else "quiet budget"
         return (
-            f"the cell ran past its {what} of {_budget_of(execution, overran):g} s while one C call held the GIL "
+            f"the cell ran past its {what} of {execution.budgets.of(overran):g} s while one C call held the GIL "
             f"for {seconds:.1f} s (at {where}): it ended before the kernel could interrupt it"
         )
     return f"while this cell ran, {gil_clause(seconds)} (at {where})"

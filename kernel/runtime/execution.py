@@ -66,6 +66,14 @@ class Budgets:
     quiet: float = 0.0  # 0 = off
     timeout: float | None = None  # %%timeout / metadata "timeout": DeadlineExceeded after this long
 
+    def of(self, reason: str | None) -> float:
+        """The budget behind a cancel reason (REASON_WALL_BUDGET / REASON_QUIET_BUDGET), 0.0 for any other reason."""
+        if reason == REASON_WALL_BUDGET:
+            return self.wall
+        if reason == REASON_QUIET_BUDGET:
+            return self.quiet
+        return 0.0
+
 
 @dataclass
 class CancelState:
