@@ -90,6 +90,10 @@ def register(server: MCPServer, sessions: Sessions) -> None:
                 holder[0].interrupt("the MCP client cancelled the execute call")
             raise
         await follow(ctx, e, seconds, interrupt_on_cancel=True)
+        short = seconds - e.watch.elapsed()
+        if not e.done and short > 0:
+            # The cell was sent a moment after the call began: `running` means it has run `wait` seconds itself.
+            await follow(ctx, e, short, interrupt_on_cancel=True)
         return view(e)
 
     @server.tool(description=(
