@@ -30,6 +30,15 @@ def mcp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[McpServer]:
     assert server.kernel_pids and left == [], f"kernel processes left after the server exited: {left}"
 
 
+@pytest.fixture(autouse=True)
+def nothing_left_running(mcp: McpServer) -> Iterator[None]:
+    """A test that failed halfway may leave its cell running: stop it, so the next test starts on an idle kernel."""
+    yield
+    for kernel in mcp.call("list_kernels")["kernels"]:
+        if kernel["running_execution"] is not None:
+            mcp.call("interrupt", execution_id=kernel["running_execution"], wait=30)
+
+
 def test_every_tool_has_an_output_schema_and_says_its_defaults(mcp: McpServer) -> None:
     tools = {tool.name: tool for tool in mcp.tools()}
     assert set(tools) == {"execute", "get_execution", "interrupt", "status", "restart", "checkpoint", "list_kernels",
