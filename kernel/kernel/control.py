@@ -24,6 +24,8 @@ log = logging.getLogger(__name__)
 
 # Control requests of ours that must not move the kernel's busy/idle state as a server sees it.
 OWN_CONTROL_REQUESTS = frozenset({protocol.CANCEL_STATUS_REQUEST})
+# Seconds between a deleted subshell's last reply being sent and the deletion (see delete_subshell_request).
+FORWARD_PAUSE = 0.05
 
 if t.TYPE_CHECKING:
     from ipykernel.ipkernel import IPythonKernel as _Kernel
@@ -93,9 +95,21 @@ class ControlRequests(_Kernel):
         subshell_id = content.get("subshell_id") if isinstance(content, dict) else None
         if isinstance(subshell_id, str) and self.runtime.cancel_all(protocol.REASON_SHUTDOWN, subshell_id=subshell_id):
             deadline = time.monotonic() + self.interrupt_grace + 0.5  # its reply must leave before the subshell goes
-            while any(e.subshell_id == subshell_id for e in self.runtime.core.running()) and time.monotonic() < deadline:
+            while self._subshell_busy(subshell_id) and time.monotonic() < deadline:
                 await asyncio.sleep(0.01)
+            # The reply is on the subshell's socket; the shell channel thread forwards it on its next turn, and
+            # deleting the subshell closes that socket: give the forward a moment first.
+            await asyncio.sleep(FORWARD_PAUSE)
         await super().delete_subshell_request(socket, ident, parent)
+
+    def _subshell_busy(self, subshell_id: str) -> bool:
+        """The subshell's cell still runs, or its thread has not yet sent the reply (ipykernel holds its lock until then)."""
+        if any(e.subshell_id == subshell_id for e in self.runtime.core.running()):
+            return True
+        try:
+            return bool(self.shell_channel_thread.manager.get_subshell_asyncio_lock(subshell_id).locked())
+        except Exception:  # noqa: BLE001 - gone already, or an ipykernel without it: nothing left to wait for
+            return False
 
     async def cancel_status_request(self, stream: t.Any, ident: t.Any, parent: dict) -> None:
         """Answer on the control channel: what runs, for how long, and its state."""

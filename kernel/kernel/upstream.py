@@ -37,6 +37,7 @@ REVIEWED: dict[str, dict[str, str]] = {
     "ipykernel.kernelbase:Kernel.delete_subshell_request": {"7.4.0": "30b166ac9414ff0b"},  # wrapped: cell stopped first
     "ipykernel.comm.comm:BaseComm._reply_subshell_for": {"7.4.0": "6693678da2a5841c"},  # wrapped: honour_frontend_subshell
     "ipykernel.kernelbase:Kernel.dispatch_shell": {"7.4.0": "7ecbeb6a2a811091"},  # concurrent: no status (comms.CommStatus)
+    "ipykernel.subshell_manager:SubshellManager.get_subshell_asyncio_lock": {"7.4.0": "7f4c4fff2f54730b"},  # held until the reply: control.py
 }
 
 
