@@ -27,7 +27,7 @@ from ..checkpoint.shell import ShellCheckpoints, handle_checkpoint_request, mayb
 from ..frames import Frame
 from ..runtime.execution import Budgets, Execution, StackRecord
 from ..runtime.runtime import Runtime
-from . import events, metadata, upstream
+from . import concurrent_cells, events, metadata, upstream
 from .comms import CommStatus
 from .control import ControlRequests
 from .interrupts import PendingCancels
@@ -49,6 +49,9 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
     # checkpoint_request is shell-only: it runs between cells, never while one runs.
     msg_types = [*IPythonKernel.msg_types, protocol.CHECKPOINT_REQUEST]
     control_msg_types = [*IPythonKernel.control_msg_types, protocol.CANCEL_STATUS_REQUEST]
+
+    # Read by ipykernel's input()/getpass() in the cell's own code: kept per cell (concurrent_cells.py).
+    _allow_stdin = concurrent_cells.per_cell("allow_stdin", False)
 
     # Stock sleeps 0.5 ms before every reply as a "mitigation" for late output;
     # our streams flush what they hold before the reply, so it only adds latency.
@@ -81,6 +84,10 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
             gil_yield=self.gil_yield,
             switch_interval=self.switch_interval,
         )
+        # Stock swaps input/getpass around each cell; with two cells at once the saved originals were lost.
+        self._input_patch = concurrent_cells.CountedPatch(
+            lambda: IPythonKernel._forward_input(self, self._allow_stdin), lambda: IPythonKernel._restore_input(self)
+        )
         self.runtime.sigint.register_run_code(upstream.run_code_like_ipython.__code__)
         shell.runtime = self.runtime
         shell.on_output = self.runtime.output_seen
@@ -108,6 +115,14 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
         runtime = getattr(self, "runtime", None)
         if runtime is not None:
             runtime.sigint.ensure()
+
+    def _forward_input(self, allow_stdin: bool = False) -> None:
+        """input() and getpass() ask the frontend: installed by the first cell running, for all of them."""
+        self._allow_stdin = allow_stdin
+        self._input_patch.enter()
+
+    def _restore_input(self) -> None:
+        self._input_patch.exit()
 
     # -- kernel_info: advertise the extension so clients can detect it first --
 
@@ -219,10 +234,11 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
             return self._refuse(msg_id, InternalError, internal_error_text("to prepare the cell (it was not run)", exc), count)
         try:
             try:
-                reply = await upstream.run_cell_like_stock(
-                    self, code, silent, store_history, user_expressions, allow_stdin, cell_meta, cell_id,
-                    always_async=self.exec_thread == "worker",
-                )
+                with concurrent_cells.cell_state(allow_stdin=allow_stdin):
+                    reply = await upstream.run_cell_like_stock(
+                        self, code, silent, store_history, user_expressions, allow_stdin, cell_meta, cell_id,
+                        always_async=self.exec_thread == "worker",
+                    )
             except (KeyboardInterrupt, asyncio.CancelledError) as exc:
                 # Last line of defence: an interrupt that escaped the shell still gets a reply.
                 reply = self._escaped_interrupt_reply(execution, exc)
@@ -264,12 +280,13 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
     def _count_as_run(self, code: str, silent: bool, store_history: bool) -> int:
         """A cell answered without running still takes its execution count and history entry, as stock's error cells do."""
         shell = self.shell
-        assert shell is not None
-        count = shell.execution_count
-        if store_history and not silent:
-            if shell.history_manager is not None:
-                shell.history_manager.store_inputs(count, code, code)
-            shell.execution_count += 1
+        assert isinstance(shell, CancelShell)
+        with shell.bookkeeping.held():
+            count = shell.execution_count
+            if store_history and not silent:
+                if shell.history_manager is not None:
+                    shell.history_manager.store_inputs(count, code, code)
+                shell.execution_count += 1
         return count
 
     def _refuse(self, msg_id: str, etype: type, evalue: str, count: int) -> dict:

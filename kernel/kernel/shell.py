@@ -9,6 +9,7 @@ with IPython's full traceback (which costs more than the interrupt itself).
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 import types
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from ..runtime.deadlines import DeadlineExceeded, expired_scope
 from ..runtime.execution import CellInterrupt, Execution, InterruptReport
 from ..runtime.executors import run_here
 from ..runtime.stacks import from_traceback
+from .concurrent_cells import Bookkeeping, CellDisplayHook, CellPayloads, CountedPatch, SharedBuiltinTrap, SharedDisplayTrap, per_cell
 from .streams import CancelDisplayPublisher
 from .texts import interrupt_message
 from .upstream import run_code_like_ipython
@@ -33,11 +35,47 @@ class CancelShell(ZMQInteractiveShell):
 
     runtime = AnyTrait(None, allow_none=True, help="The Runtime whose executor runs user code (set by the kernel).")
     display_pub_class = Type(CancelDisplayPublisher, help="Publisher of display() output; feeds the quiet-budget clock.")
+    displayhook_class = Type(CellDisplayHook, help="The displayhook of cell values; keeps each cell's result apart (concurrent_cells.py).")
+
+    # What ipykernel keeps on the shell for the reply, kept per cell (two cells can show an error at once).
+    _last_traceback = per_cell("last_traceback")
+    _last_traceback_during_displayhook = per_cell("traceback_during_displayhook", False)
 
     # Called with the msg_id of the cell when an error is shown (set by the kernel): an error is output too.
     on_output: Callable[[str | None], None] | None = None
     # Called with the cell's execution just before its traceback is shown (set by the kernel: no live note after it).
     on_traceback: Callable[[Execution | None], None] | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        # IPython's run_cell bookkeeping, one cell at a time (concurrent_cells.py); made before super()
+        # runs the init_* steps below, which build the shared traps.
+        self.bookkeeping = Bookkeeping()
+        self.excepthook_patch = CountedPatch(self._install_excepthook, self._restore_excepthook)
+        super().__init__(*args, **kwargs)
+
+    def init_builtins(self) -> None:
+        super().init_builtins()
+        self.builtin_trap = SharedBuiltinTrap(shell=self)
+
+    def init_displayhook(self) -> None:
+        super().init_displayhook()
+        self.display_trap = SharedDisplayTrap(hook=self.displayhook)
+
+    def init_payload(self) -> None:
+        self.payload_manager = CellPayloads(parent=self)
+        self.configurables.append(self.payload_manager)  # type: ignore[arg-type]  # IPython annotates it too narrowly
+
+    async def run_cell_async(self, *args: Any, **kwargs: Any) -> Any:
+        """IPython's run_cell_async with its bookkeeping under the lock (released while user code runs, in run_code)."""
+        with self.bookkeeping.held():
+            return await super().run_cell_async(*args, **kwargs)
+
+    def _install_excepthook(self) -> None:
+        self._saved_excepthook, sys.excepthook = sys.excepthook, self.excepthook
+        self.sys_excepthook = self._saved_excepthook
+
+    def _restore_excepthook(self) -> None:
+        sys.excepthook = self._saved_excepthook
 
     async def run_code(self, code_obj: types.CodeType, result: Any = None, *, async_: bool = False) -> bool:
         """Execute a code object; on an exception show a traceback and return True."""

@@ -38,6 +38,20 @@ REVIEWED: dict[str, dict[str, str]] = {
     "ipykernel.comm.comm:BaseComm._reply_subshell_for": {"7.4.0": "6693678da2a5841c"},  # wrapped: honour_frontend_subshell
     "ipykernel.kernelbase:Kernel.dispatch_shell": {"7.4.0": "7ecbeb6a2a811091"},  # concurrent: no status (comms.CommStatus)
     "ipykernel.subshell_manager:SubshellManager.get_subshell_asyncio_lock": {"7.4.0": "7f4c4fff2f54730b"},  # held until the reply: control.py
+    # Per-cell state for two cells at once (concurrent_cells.py): the classes whose state is kept per cell or counted.
+    "IPython.core.interactiveshell:InteractiveShell.run_cell_async": {"9.18.1": "a5b3f160f41f1dd9"},  # its bookkeeping: under the lock
+    "IPython.core.builtin_trap:BuiltinTrap": {"9.18.1": "927d9dafeabbf761"},  # locked: SharedBuiltinTrap
+    "IPython.core.display_trap:DisplayTrap": {"9.18.1": "6cce391c74809437"},  # locked: SharedDisplayTrap
+    "IPython.core.displayhook:DisplayHook": {"9.18.1": "28323f2bd953e644"},  # per cell: CellDisplayHook
+    "ipykernel.displayhook:ZMQShellDisplayHook": {"7.4.0": "235050de90c39247"},  # per cell: CellDisplayHook
+    "IPython.core.payload:PayloadManager": {"9.18.1": "69bf5f6121699f48"},  # per cell: CellPayloads
+    "IPython.core.interactiveshell:InteractiveShell.init_builtins": {"9.18.1": "cc58c2f7f49ed64c"},  # extended: CancelShell
+    "IPython.core.interactiveshell:InteractiveShell.init_displayhook": {"9.18.1": "97329916fd85e218"},  # extended: CancelShell
+    "IPython.core.interactiveshell:InteractiveShell.init_payload": {"9.18.1": "3a03afd386bb8b2e"},  # replaced: CancelShell
+    "ipykernel.zmqshell:ZMQInteractiveShell._showtraceback": {"7.4.0": "6a5da68855007d73"},  # its _last_traceback*: per cell
+    "ipykernel.zmqshell:ZMQInteractiveShell.run_cell": {"7.4.0": "5e7ebd5584efd5e8"},  # its _last_traceback*: per cell
+    "ipykernel.ipkernel:IPythonKernel._forward_input": {"7.4.0": "013d8e7057dfe967"},  # counted: CancelKernel._forward_input
+    "ipykernel.ipkernel:IPythonKernel._restore_input": {"7.4.0": "641c1c51654e33ce"},  # counted: CancelKernel._restore_input
 }
 
 
@@ -47,6 +61,8 @@ def source_hash(qualified: str) -> tuple[str, str]:
     obj: t.Any = importlib.import_module(module_name)
     for part in attr_path.split("."):
         obj = getattr(obj, part)
+    if isinstance(obj, property):
+        obj = obj.fget
     package = sys.modules[module_name.split(".")[0]]
     digest = hashlib.sha256(inspect.getsource(obj).encode()).hexdigest()[:16]
     return str(getattr(package, "__version__", "?")), digest
@@ -67,18 +83,41 @@ async def run_cell_like_stock(
     *,
     always_async: bool,
 ) -> dict:
-    """`IPythonKernel.do_execute` of ipykernel 7.4.0, with two differences.
+    """`IPythonKernel.do_execute` of ipykernel 7.4.0, with four differences.
 
     - `always_async` (worker mode, subshell threads): the cell always goes
       through `run_cell_async` on the running loop, because it awaits the
       exec thread and cannot use IPython's blocking pseudo-runner.
     - No `_cancel_on_sigint` around the awaiting cell: the kernel owns SIGINT
       (runtime/signals.py) and cancels an awaiting cell's task itself.
+    - It runs under the shell's bookkeeping lock (released while user code runs),
+      so a subshell's cell never interleaves with it (concurrent_cells.py).
+    - The reply's execution_count is this cell's own (stock reads the shared
+      counter, which a cell running at the same time may have moved).
     """
-    from ipykernel.kernelbase import _accepts_parameters
 
     shell = kernel.shell
     assert shell is not None
+    with shell.bookkeeping.held():
+        return await _run_cell_like_stock(kernel, shell, code, silent, store_history, user_expressions, allow_stdin, cell_meta, cell_id, always_async)
+
+
+async def _run_cell_like_stock(
+    kernel: t.Any,
+    shell: t.Any,
+    code: str,
+    silent: bool,
+    store_history: bool,
+    user_expressions: dict | None,
+    allow_stdin: bool,
+    cell_meta: dict | None,
+    cell_id: str | None,
+    always_async: bool,
+) -> dict:
+    from ipykernel.kernelbase import _accepts_parameters
+
+    from .concurrent_cells import cell_number
+
     kernel._forward_input(allow_stdin)
     reply_content: dict[str, t.Any] = {}
     accepts = _accepts_parameters(shell.run_cell_async, ["cell_id", "cell_meta"])
@@ -127,7 +166,7 @@ async def run_cell_like_stock(
             {"traceback": getattr(shell, "_last_traceback", None) or [], "ename": str(type(err).__name__), "evalue": str(err)}
         )
         reply_content["engine_info"] = {"engine_uuid": kernel.ident, "engine_id": kernel.int_id, "method": "execute"}
-    reply_content["execution_count"] = shell.execution_count - 1
+    reply_content["execution_count"] = cell_number(res, shell)
     if "traceback" in reply_content:
         kernel.log.info("Exception in execute request:\n%s", "\n".join(reply_content["traceback"]))
     if reply_content["status"] == "ok":
@@ -150,25 +189,25 @@ async def run_code_like_ipython(
     execute: t.Callable[[t.Any, bool], t.Awaitable[None]],
     report: t.Callable[[BaseException], bool],
 ) -> bool:
-    """`InteractiveShell.run_code` of IPython 9.18.1, except two steps.
+    """`InteractiveShell.run_code` of IPython 9.18.1, except three steps.
 
-    - `execute(code_obj, async_)` runs the code (our executor: main thread or worker).
+    - `execute(code_obj, async_)` runs the code (our executor: main thread or worker),
+      outside the shell's bookkeeping lock (concurrent_cells.py).
+    - sys.excepthook is swapped once for all the cells running at once (a counted patch), not per cell:
+      two cells swapping it each for themselves left the shell's hook installed for good.
     - `report(exc)` may show an exception its own way (a short interrupt
       report); when it returns False, IPython's traceback is shown as usual.
     Returns True when an exception occurred, as the original does.
     """
     __tracebackhide__ = "__ipython_bottom__"
-    # Our excepthook while user code runs, so a direct call to sys.excepthook does not trigger the crash handler.
-    old_excepthook, sys.excepthook = sys.excepthook, shell.excepthook
-    shell.sys_excepthook = old_excepthook
     outflag = True
     import bdb
 
     try:
-        try:
+        # The shell's excepthook while user code runs, so a direct call to sys.excepthook does not trigger
+        # the crash handler; installed by the first of the cells running at once, restored by the last.
+        with shell.excepthook_patch.applied(), shell.bookkeeping.released():
             await execute(code_obj, async_)
-        finally:
-            sys.excepthook = old_excepthook
     except SystemExit as e:
         if result is not None:
             result.error_in_exec = e

@@ -14,6 +14,7 @@ from .kernels import REPLY_TIMEOUT as REPLY_TIMEOUT
 from .kernels import START_TIMEOUT as START_TIMEOUT
 from .kernels import Kernel as Kernel
 from .kernels import control_request as control_request
+from .kernels import create_subshell as create_subshell
 from .kernels import drain as drain
 from .kernels import drain_channel as drain_channel
 from .kernels import execute as execute

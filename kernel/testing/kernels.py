@@ -212,15 +212,33 @@ def kernels_cleaned_up() -> Iterator[None]:
 # -- messages -------------------------------------------------------------------------------
 
 
-def send_execute(kc: BlockingKernelClient, code: str, *, metadata: dict | None = None, stop_on_error: bool = False) -> str:
-    """Send an execute_request (with request metadata, which kc.execute cannot set); return its msg_id."""
+def send_execute(
+    kc: BlockingKernelClient,
+    code: str,
+    *,
+    metadata: dict | None = None,
+    stop_on_error: bool = False,
+    store_history: bool = True,
+    subshell_id: str | None = None,
+) -> str:
+    """Send an execute_request (with request metadata, or to a subshell, which kc.execute cannot); return its msg_id."""
     msg = kc.session.msg(
         "execute_request",
-        {"code": code, "silent": False, "store_history": True, "user_expressions": {}, "allow_stdin": False, "stop_on_error": stop_on_error},
+        {"code": code, "silent": False, "store_history": store_history, "user_expressions": {}, "allow_stdin": False, "stop_on_error": stop_on_error},
         metadata=metadata or {},
     )
+    if subshell_id is not None:
+        msg["header"]["subshell_id"] = subshell_id
     kc.shell_channel.send(msg)
     return str(msg["header"]["msg_id"])
+
+
+def create_subshell(kc: BlockingKernelClient, timeout: float = REPLY_TIMEOUT) -> str:
+    """A new subshell of the kernel (JEP 91); its subshell_id."""
+    reply = control_request(kc, "create_subshell_request", timeout=timeout)["content"]
+    if reply.get("status") != "ok":
+        raise RuntimeError(f"create_subshell_request failed: {reply}")
+    return str(reply["subshell_id"])
 
 
 def wait_for(channel: t.Any, predicate: t.Callable[[dict], bool], timeout: float, what: str = "message") -> dict:

@@ -12,27 +12,13 @@ import time
 
 import pytest
 
-from cancelkernel.testing import MODES, control_request, interrupt, running_kernel, wait_reply
+from cancelkernel.testing import MODES, control_request, create_subshell, interrupt, running_kernel, send_execute, wait_reply
 
 GRACE = ["--CancelKernel.interrupt_grace=0.5"]
 
 
-def create_subshell(kc) -> str:
-    reply = control_request(kc, "create_subshell_request")["content"]
-    assert reply["status"] == "ok", reply
-    return str(reply["subshell_id"])
-
-
 def send(kc, code: str, subshell_id: str | None = None, metadata: dict | None = None) -> str:
-    msg = kc.session.msg(
-        "execute_request",
-        {"code": code, "silent": False, "store_history": False, "user_expressions": {}, "allow_stdin": False, "stop_on_error": False},
-        metadata=metadata or {},
-    )
-    if subshell_id is not None:
-        msg["header"]["subshell_id"] = subshell_id
-    kc.shell_channel.send(msg)
-    return str(msg["header"]["msg_id"])
+    return send_execute(kc, code, metadata=metadata, store_history=False, subshell_id=subshell_id)
 
 
 def replies(kc, msg_ids: list[str], timeout: float = 30.0) -> dict[str, dict]:
