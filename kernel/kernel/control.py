@@ -16,6 +16,7 @@ import typing as t
 from ipykernel.jsonutil import json_clean
 
 from .. import protocol
+from ..runtime.stacks import innermost_frame
 from . import metadata, upstream
 from .interrupts import InterruptRequestError, parse_request
 from .replies import internal_error_text
@@ -128,6 +129,7 @@ class ControlRequests(_Kernel):
         return metadata.cancel_status(
             running,
             stacks={e.msg_id: self.runtime.stack_of(e) for e in running},
+            innermost={e.msg_id: innermost_frame(e.thread_id) for e in running},
             exec_thread=self.exec_thread,
             native_flag=self.runtime.native_flag,
             interrupt_grace=self.interrupt_grace,

@@ -107,8 +107,8 @@ def stack_record(execution: Execution, record: StackRecord) -> dict:
     }
 
 
-def execution_status(execution: Execution, stack: list[Frame] | None = None) -> dict:
-    """One running execution in cancel_status_reply; `where`/`line` say where its live stack is now."""
+def execution_status(execution: Execution, stack: list[Frame] | None = None, innermost: dict | None = None) -> dict:
+    """One running execution in cancel_status_reply; `where`/`line` say where its live stack is now, `innermost` its thread's top frame."""
     # No cell frame yet (a worker still picking the cell up): the thread is not in the cell, say nothing.
     here = innermost_user(stack) if stack and any(f.is_cell for f in stack) else None
     return {
@@ -124,6 +124,7 @@ def execution_status(execution: Execution, stack: list[Frame] | None = None) -> 
         "state": execution_state(execution),
         "where": here.where() if here is not None else None,
         "line": (here.line or None) if here is not None else None,
+        "innermost": innermost,
     }
 
 
@@ -131,6 +132,7 @@ def cancel_status(
     running: list[Execution],
     *,
     stacks: dict[str, list[Frame]],
+    innermost: dict[str, dict | None] | None = None,
     exec_thread: str,
     native_flag: bool,
     interrupt_grace: float,
@@ -139,13 +141,15 @@ def cancel_status(
     abandoned_threads: list[dict],
 ) -> dict:
     """cancel_status_reply content."""
+    tops = innermost or {}
     return {
         "status": "ok",
         "exec_thread": exec_thread,
         "native_flag": native_flag,
         "interrupt_grace": interrupt_grace,
-        "execution": execution_status(running[0], stacks.get(running[0].msg_id)) if running else None,  # the parent shell's, else the first
-        "executions": [execution_status(e, stacks.get(e.msg_id)) for e in running],
+        # The parent shell's, else the first.
+        "execution": execution_status(running[0], stacks.get(running[0].msg_id), tops.get(running[0].msg_id)) if running else None,
+        "executions": [execution_status(e, stacks.get(e.msg_id), tops.get(e.msg_id)) for e in running],
         "last_stack": last_stack,
         "dump_file": dump_file,
         "abandoned_threads": abandoned_threads,

@@ -68,6 +68,15 @@ class CancellationCore:
                 self.sigint_expected = None
             native.end(execution.gen)
 
+    def forget_after_fork(self) -> None:
+        """In a process forked from the kernel: nothing runs here that an interrupt may reach (the child is not the kernel)."""
+        self._lock = threading.Lock()  # another thread may have held it at the fork
+        for execution in self._by_thread.values():
+            native.close_window(execution.gen, execution.thread_id)  # drops an async exception pending for this thread
+            native.end(execution.gen)
+        self._by_thread.clear()
+        self.sigint_expected = None
+
     def running(self) -> list[Execution]:
         """Every execution running now, parent shell first."""
         found = list(self._by_thread.values())

@@ -138,6 +138,15 @@ class DumpFile:
             except OSError:
                 pass
 
+    def forget_after_fork(self) -> None:
+        """In a forked child: `kill -USR1` of the child must not write into the kernel's dump file (the timer thread did not survive the fork)."""
+        self._lock = threading.Lock()
+        if self._file is not None and hasattr(signal, "SIGUSR1"):
+            try:
+                faulthandler.unregister(signal.SIGUSR1)
+            except (RuntimeError, ValueError):
+                pass
+
     def close(self) -> None:
         self.disarm()
         if self._file is not None:

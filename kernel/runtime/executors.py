@@ -23,10 +23,10 @@ from collections.abc import Callable
 from typing import Any
 
 from ..protocol import UNRESPONSIVE_BLOCKED, UNRESPONSIVE_CAUGHT
+from .cooperative import CooperativeWaits
 from .core import CancellationCore
 from .deadlines import DeadlineRegistry
 from .execution import Execution, Window
-from .sleep import in_cooperative_wait
 
 _real_sleep = time.sleep
 
@@ -47,11 +47,11 @@ class Executor:
 
     mode = "?"
 
-    def __init__(self, core: CancellationCore, deadlines: DeadlineRegistry, label_of: LabelOf, sleep: Callable[[float], None] | None = None):
+    def __init__(self, core: CancellationCore, deadlines: DeadlineRegistry, label_of: LabelOf, waits: CooperativeWaits | None = None):
         self.core = core
         self.deadlines = deadlines
         self.label_of = label_of
-        self.sleep = sleep  # the cooperative sleep: a thread waiting in it runs Python, it is not blocked in C
+        self.waits = waits  # the cooperative waits: a thread waiting in one runs Python, it is not blocked in C
         self._wakers: dict[int, threading.Event] = {}
 
     async def run(self, code: types.CodeType, async_: bool, globals_: dict, locals_: Any) -> None:
@@ -114,7 +114,7 @@ class Executor:
             # SIGINT on the main thread is raised as soon as Python code runs: raised means caught.
             caught = execution.cancel.delivered
         else:
-            caught = window.task is not None or runs_python(window.thread_id, self.sleep)
+            caught = window.task is not None or runs_python(window.thread_id, self.waits)
         return UNRESPONSIVE_CAUGHT if caught else UNRESPONSIVE_BLOCKED
 
     def release(self, execution: Execution) -> None:
@@ -163,25 +163,25 @@ class MainThreadExecutor(Executor):
         return ident
 
 
-def runs_python(thread_id: int | None, sleep: Callable[[float], None] | None, samples: int = 5, interval: float = 0.005) -> bool:
-    """True if the thread executes Python code (its innermost frame moves, or it waits in our sleep), not one C call."""
+def runs_python(thread_id: int | None, waits: CooperativeWaits | None, samples: int = 5, interval: float = 0.005) -> bool:
+    """True if the thread executes Python code (its innermost frame moves, or it sits in a cooperative wait), not one C call."""
     seen = set()
     for _ in range(samples):
         frame = sys._current_frames().get(thread_id) if thread_id is not None else None
         if frame is None:
             return False
-        if sleep is not None and in_cooperative_wait(frame, sleep):
+        if waits is not None and waits.in_wait(frame):
             return True
         seen.add((id(frame), frame.f_lasti))
         _real_sleep(interval)
     return len(seen) > 1
 
 
-def make_executor(mode: str, core: CancellationCore, deadlines: DeadlineRegistry, label_of: LabelOf, sleep: Callable[[float], None]) -> Executor:
+def make_executor(mode: str, core: CancellationCore, deadlines: DeadlineRegistry, label_of: LabelOf, waits: CooperativeWaits) -> Executor:
     if mode == "main":
-        return MainThreadExecutor(core, deadlines, label_of, sleep)
+        return MainThreadExecutor(core, deadlines, label_of, waits)
     if mode == "worker":
         from .worker import WorkerExecutor
 
-        return WorkerExecutor(core, deadlines, label_of, sleep)
+        return WorkerExecutor(core, deadlines, label_of, waits)
     raise ValueError(f"unknown exec_thread mode {mode!r}; use 'main' or 'worker'")

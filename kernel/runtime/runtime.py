@@ -8,24 +8,25 @@ it to begin, cancel and end executions, and hears back through a
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Protocol
 
 from .. import native
 from ..frames import Frame, dumped_stack
 from ..protocol import STACK_DUMP, STACK_RUNAWAY, STACK_UNRESPONSIVE
+from .cooperative import CooperativeWaits
 from .core import CancellationCore
 from .deadlines import CancelScope, CellContext, DeadlineRegistry, fail_after
 from .dumps import DumpFile
 from .execution import Budgets, Execution, StackRecord
 from .executors import Executor, make_executor
 from .signals import SigintOwner
-from .sleep import install as install_sleep
-from .sleep import make_cooperative_sleep
-from .sleep import uninstall as uninstall_sleep
 from .stacks import thread_stack
 from .watchdog import MIN_STARVED, Watchdog
 
@@ -64,13 +65,16 @@ class Runtime:
         self.watchdog = Watchdog(
             self.core, grace=grace, dumps=self.dumps, on_trip=self._on_trip, on_unresponsive=self._on_unresponsive
         )
-        self.sleep = make_cooperative_sleep(self.core)
-        install_sleep(self.sleep)
-        self.executor: Executor = make_executor(mode, self.core, self.deadlines, label_of, self.sleep)
+        self.waits = CooperativeWaits(self.core)
+        self.waits.install()
+        self.executor: Executor = make_executor(mode, self.core, self.deadlines, label_of, self.waits)
         self._cell_scopes: dict[int, CancelScope] = {}
         if switch_interval:
             # A busy cell holds the GIL; the control thread waits this long for it at every hand-over.
             sys.setswitchinterval(switch_interval)
+        # A process forked from the kernel (multiprocessing, a Pool) is not the kernel: none of this acts in it.
+        in_child = weakref.WeakMethod(self._in_forked_child)  # a hook cannot be unregistered: never keep the runtime alive
+        os.register_at_fork(after_in_child=lambda: (hook := in_child()) is not None and hook())
         if threading.current_thread() is threading.main_thread():
             self.sigint.install()
             if gil_yield:
@@ -146,10 +150,20 @@ class Runtime:
         """The execution's live stack (needs the GIL)."""
         return thread_stack(execution.thread_id, self.label_of)
 
+    def _in_forked_child(self) -> None:
+        """Right after a fork, in the child: Python's own SIGINT behaviour, no execution, no dumps into our file."""
+        try:
+            self.core.forget_after_fork()
+            self.dumps.forget_after_fork()
+            if threading.current_thread() is threading.main_thread():  # the forking thread is the child's main thread
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+        except Exception:  # noqa: BLE001 - the child must go on whatever happens here
+            pass
+
     def close(self) -> None:
         self.watchdog.stop()
         self.executor.shutdown()
-        uninstall_sleep(self.sleep)
+        self.waits.uninstall()
         self.dumps.close()
 
     # -- what the watchdog found --

@@ -7,6 +7,7 @@ Both become `frames.Frame` lists through the one user-frame filter
 
 from __future__ import annotations
 
+import linecache
 import sys
 import types
 
@@ -47,6 +48,16 @@ def from_frame(frame: types.FrameType | None, label_of: LabelOf | None = None) -
 def thread_stack(thread_id: int, label_of: LabelOf | None = None) -> list[Frame]:
     """The live stack of one thread, user frames only."""
     return from_frame(sys._current_frames().get(thread_id), label_of)
+
+
+def innermost_frame(thread_id: int | None) -> dict | None:
+    """The thread's innermost frame right now, whatever code it is (kernel and library included), with its source line."""
+    frame = sys._current_frames().get(thread_id) if thread_id is not None else None
+    if frame is None:
+        return None
+    code = frame.f_code
+    lineno = frame.f_lineno or 0
+    return {"file": code.co_filename, "lineno": lineno, "function": code.co_name, "line": linecache.getline(code.co_filename, lineno).strip()}
 
 
 def blocked_at(thread_id: int | None) -> str:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..protocol import UNRESPONSIVE_ABANDONED, UNRESPONSIVE_CAUGHT
+from .cooperative import CooperativeWaits
 from .core import CancellationCore
 from .deadlines import DeadlineRegistry
 from .execution import Execution, Window
@@ -170,8 +171,8 @@ class WorkerExecutor(Executor):
 
     mode = "worker"
 
-    def __init__(self, core: CancellationCore, deadlines: DeadlineRegistry, label_of: LabelOf, sleep: Callable[[float], None] | None = None):
-        super().__init__(core, deadlines, label_of, sleep)
+    def __init__(self, core: CancellationCore, deadlines: DeadlineRegistry, label_of: LabelOf, waits: CooperativeWaits | None = None):
+        super().__init__(core, deadlines, label_of, waits)
         self._count = 0
         self._abandoned: list[_Worker] = []
         self._releases: dict[int, Callable[[], object]] = {}  # execution gen -> hand its interrupt to the waiting cell
@@ -213,7 +214,7 @@ class WorkerExecutor(Executor):
         job = worker.job
         if job is None or job.execution is not execution or job.finished:
             return super().on_unresponsive(execution)  # a subshell's cell (runs in place) or already over
-        if job.async_ or runs_python(worker.ident, self.sleep):
+        if job.async_ or runs_python(worker.ident, self.waits):
             return UNRESPONSIVE_CAUGHT  # its loop runs / it runs Python: it got the interrupt and goes on
         # Give up on this thread: it keeps its pending interrupt, which fires
         # when the blocking call returns, in a thread that reports nothing.

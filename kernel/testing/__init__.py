@@ -1,9 +1,10 @@
 """Helpers that drive real kernels and servers: what the tests, the benchmarks and the demo share.
 
 Owns: starting kernels through jupyter_client and always stopping them
-(`kernels`), message helpers (`kernels`), and real Jupyter servers on
-loopback with a token (`servers`).  May import: jupyter_client, the standard
-library, the kernelspec builder and the protocol names.  Nothing of the
+(`kernels`), message helpers (`kernels`), waiting on a kernel's state
+instead of the clock (`waiting`), and real Jupyter servers on loopback with
+a token (`servers`).  May import: jupyter_client, the standard library, the
+kernelspec builder, the protocol names and the frame model.  Nothing of the
 package imports it but the command line's demo.
 """
 
@@ -30,3 +31,7 @@ from .kernels import shutdown_all as shutdown_all
 from .kernels import wait_for as wait_for
 from .kernels import wait_idle as wait_idle
 from .kernels import wait_reply as wait_reply
+from .waiting import cell_status as cell_status
+from .waiting import dump_file_of as dump_file_of
+from .waiting import wait_dumped_in_cell as wait_dumped_in_cell
+from .waiting import wait_running as wait_running
