@@ -2,9 +2,10 @@
 
     python benchmarks/soak.py [--cells 10000] [--mode main|worker|both|stock|all] [--json PATH]
 
-Each cell is short (a little busy work, a short sleep, sometimes a print);
-about one in three gets an interrupt_request at a random moment (aimed at it,
-at an ended cell, or untargeted), and one in ten runs in a subshell.  The
+Each cell is short (a little busy work, a short sleep, sometimes a print; one
+in ten starts a thread, one in twenty sleeps 50 ms); three in ten get an
+interrupt_request a few milliseconds after the request (aimed at it, at an
+ended cell, or untargeted), and one in ten runs in a subshell.  The
 kernel process is sampled from /proc every 1,000 cells; the table shows the
 first and last samples and the largest value seen.  `stock` runs the same
 cells on stock ipykernel without the interrupts (its interrupt is a SIGINT that
@@ -48,19 +49,25 @@ def soak(mode: str, cells: int, seed: int) -> dict:
     kc = kernel.kc
     assert kc is not None and kernel.pid is not None
     subshell = control_request(kc, "create_subshell_request")["content"]["subshell_id"]
-    wait_reply(kc, kc.execute("import time\nn = 0"))
+    wait_reply(kc, kc.execute("import threading, time\nn = 0"))
     samples, ended, interrupted = [sample(kernel.pid)], [], 0
     started = time.monotonic()
     for i in range(cells):
-        code = rng.choice(["n += 1", "time.sleep(0.002)\nn += 1", "_t = time.perf_counter() + 0.002\nwhile time.perf_counter() < _t: pass", "print(n)"])
+        draw = rng.random()
+        if draw < 0.1:
+            code = "threading.Thread(target=lambda: None).start()"  # a thread of the cell's, ending at once
+        elif draw < 0.15:
+            code = "time.sleep(0.05)"
+        else:
+            code = rng.choice(["n += 1", "time.sleep(0.002)\nn += 1", "_t = time.perf_counter() + 0.002\nwhile time.perf_counter() < _t: pass", "print(n)"])
         msg = kc.session.msg("execute_request", {"code": code, "silent": False, "store_history": False, "user_expressions": {},
                                                 "allow_stdin": False, "stop_on_error": False})
         if rng.random() < 0.1:
             msg["header"]["subshell_id"] = subshell
         kc.shell_channel.send(msg)
         msg_id = msg["header"]["msg_id"]
-        if rng.random() < 1 / 3 and not stock:
-            time.sleep(rng.uniform(0, 0.003))
+        if rng.random() < 0.3 and not stock:
+            time.sleep(rng.uniform(0, 0.003))  # a few milliseconds after the request: it may be queued, running or done
             target = rng.choice([msg_id, rng.choice(ended) if ended else None, None])
             control_request(kc, "interrupt_request", {"target": target} if target else {})
             interrupted += 1

@@ -248,11 +248,10 @@ def open_window(gen: int, thread_id: int) -> None:
 
 
 def close_window(gen: int, thread_id: int) -> None:
-    """User code stopped; drop any async exception still pending for that thread."""
+    """User code stopped: no exception can be aimed at that thread for `gen` any more (one pending is left to fire)."""
     with _lock:
         if _windows.get(gen) == thread_id:
             del _windows[gen]
-        _set_async_exc(thread_id, None)
 
 
 def raise_in_window(gen: int, exc_class: type) -> bool:

@@ -285,14 +285,18 @@ def open_window(gen, thread_id):
 
 
 def close_window(gen, thread_id):
-    """User code stopped; drop any async exception still pending for that thread."""
+    """User code stopped: no exception can be aimed at that thread for `gen` any more.
+
+    One already pending is left for the thread to take (the core lets it fire and drops it):
+    clearing it with SetAsyncExc(tid, NULL) would leave the interpreter's async-exception signal
+    set for good on 3.11 and 3.12, slowing every thread, and spinning a traced one on 3.11.
+    """
     cdef unsigned long long g = _gen64(gen)
     cdef unsigned long tid = thread_id
     cdef int i
     for i in range(CK_SLOTS):
         if g != 0 and _window_gen[i] == g and _window_tid[i] == tid:
             _window_gen[i] = 0
-    PyThreadState_SetAsyncExc(tid, NULL)
 
 
 def raise_in_window(gen, exc_class):

@@ -33,6 +33,24 @@ if TYPE_CHECKING:
 ASYNC_ESCALATION = 0.05
 
 
+def _breaker_check() -> None:
+    """Does nothing: entering a Python function is one of the interpreter's eval-breaker checks."""
+
+
+def drop_pending_async_exception() -> None:
+    """Let an async exception still pending for the calling thread fire here, and drop it.
+
+    Taking it this way is the only way that also resets the interpreter's
+    "async exception pending" signal on 3.11 and 3.12 (docs/cancellation.md,
+    "Clearing a pending async exception").  Call it only after the window is
+    closed, so that no new exception can be aimed at the thread.
+    """
+    try:
+        _breaker_check()
+    except BaseException:  # noqa: BLE001 - ours (an interrupt or a deadline), arrived after the cell's code ended
+        pass
+
+
 class CancellationCore:
     """Scopes every cancel to one execution and delivers it to where its code runs."""
 
@@ -72,8 +90,9 @@ class CancellationCore:
         """In a process forked from the kernel: nothing runs here that an interrupt may reach (the child is not the kernel)."""
         self._lock = threading.Lock()  # another thread may have held it at the fork
         for execution in self._by_thread.values():
-            native.close_window(execution.gen, execution.thread_id)  # drops an async exception pending for this thread
+            native.close_window(execution.gen, execution.thread_id)
             native.end(execution.gen)
+        drop_pending_async_exception()
         self._by_thread.clear()
         self.sigint_expected = None
 
@@ -120,6 +139,7 @@ class CancellationCore:
                     execution.window = None
                 if not window.on_main_thread:
                     native.close_window(execution.gen, window.thread_id)
+                    drop_pending_async_exception()
                 return late
             except KeyboardInterrupt as exc:  # ours or a deadline scope's, fired at the boundary
                 late = exc
@@ -246,6 +266,7 @@ class CancellationCore:
         if window is not None and not window.on_main_thread:
             # Drop a deadline exception still pending for this thread, keep the window.
             native.close_window(execution.gen, window.thread_id)
+            drop_pending_async_exception()
             native.open_window(execution.gen, window.thread_id)
             if execution.cancelled:
                 execution.cancel.delivered = True

@@ -78,14 +78,19 @@ class _Worker(threading.Thread):
 
     def run(self) -> None:
         asyncio.set_event_loop(self.loop)
-        while not (self.abandoned or self.stopping):
-            try:
-                self.loop.run_forever()
-            except BaseException as exc:  # noqa: BLE001 - a late interrupt escaped a callback
-                job = self.job
-                if job is not None and not job.finished:
-                    job.error = job.error or exc
-                    self._finish(job)
+        try:
+            while not (self.abandoned or self.stopping):
+                try:
+                    self.loop.run_forever()
+                except BaseException as exc:  # noqa: BLE001 - a late interrupt escaped a callback
+                    job = self.job
+                    if job is not None and not job.finished:
+                        job.error = job.error or exc
+                        self._finish(job)
+        finally:
+            # The thread ends: so do its loop's selector and self-pipe (an abandoned worker's too).
+            asyncio.set_event_loop(None)
+            self.loop.close()
 
     def _start(self, job: _Job) -> None:
         self.job = job

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -146,3 +147,37 @@ def test_many_cancels_at_random_moments_never_hit_a_later_execution() -> None:
                 fire.join()
                 c.end(execution)
         assert stray == []
+
+
+def test_closing_a_window_leaves_no_async_exception_signal_behind() -> None:
+    """After a worker cell ends, a traced call in that thread returns (CPython 3.11 spun forever at it).
+
+    Clearing a pending async exception with SetAsyncExc(tid, NULL) sets the
+    interpreter's "async exception pending" signal and nothing resets it: on
+    3.11 a thread with a trace function (an abandoned exec thread) then loops
+    forever at its next function call, and on 3.11/3.12 every thread takes the
+    slow path at every eval-breaker check.  The core lets a pending exception
+    fire and drops it instead.
+    """
+    core = CancellationCore(signal_children=False)
+    returned = threading.Event()
+
+    def callee() -> int:
+        return 1
+
+    def exec_thread() -> None:
+        execution = core.begin("traced", "pass", thread_id=threading.get_ident())
+        window = Window(threading.get_ident(), on_main_thread=False)
+        core.open_window(execution, window)
+        core.close_window(execution, window)
+        core.end(execution)
+        sys.settrace(lambda *args: None)
+        try:
+            callee()
+        finally:
+            sys.settrace(None)
+        returned.set()
+
+    thread = threading.Thread(target=exec_thread, daemon=True)
+    thread.start()
+    assert returned.wait(10), "a traced call after close_window never returned"
