@@ -46,6 +46,11 @@ def is_machinery(filename: str) -> bool:
     return filename.startswith(_OWN_DIR) or filename.startswith("<frozen ") or bool(_PLUMBING.search(filename))
 
 
+def is_own_file(filename: str) -> bool:
+    """A module of this package."""
+    return filename.startswith(_OWN_DIR)
+
+
 def is_cell_file(filename: str) -> bool:
     """The code of a notebook cell (IPython's per-cell file names), or of a re-run definition."""
     return bool(_CELL_FILE.search(filename))

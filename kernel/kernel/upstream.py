@@ -10,6 +10,7 @@ drift silently: re-read the original, port its changes here, add its hash.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import importlib
 import inspect
@@ -189,10 +190,12 @@ async def run_code_like_ipython(
     execute: t.Callable[[t.Any, bool], t.Awaitable[None]],
     report: t.Callable[[BaseException], bool],
 ) -> bool:
-    """`InteractiveShell.run_code` of IPython 9.18.1, except three steps.
+    """`InteractiveShell.run_code` of IPython 9.18.1, except four steps.
 
     - `execute(code_obj, async_)` runs the code (our executor: main thread or worker),
       outside the shell's bookkeeping lock (concurrent_cells.py).
+    - The executor's frames between run_code and the cell are cut from a traceback before IPython
+      formats it, so it has stock's shape; formatting them (hidden as they are) cost 100+ ms the first time.
     - sys.excepthook is swapped once for all the cells running at once (a counted patch), not per cell:
       two cells swapping it each for themselves left the shell's hook installed for good.
     - `report(exc)` may show an exception its own way (a short interrupt
@@ -217,6 +220,7 @@ async def run_code_like_ipython(
         if result is not None:
             result.error_in_exec = sys.exc_info()[1]
     except shell.custom_exceptions:
+        _skip_own_frames(sys.exc_info()[1])
         etype, value, tb = sys.exc_info()
         if result is not None:
             result.error_in_exec = value
@@ -225,10 +229,23 @@ async def run_code_like_ipython(
         if result is not None:
             result.error_in_exec = exc
         if not report(exc):
-            shell.showtraceback(running_compiled_code=True)
+            _skip_own_frames(exc)
+            shell.showtraceback(running_compiled_code=True, tb_offset=0)
     else:
         outflag = False
     return outflag
+
+
+def _skip_own_frames(exc: BaseException | None) -> None:
+    """Unlink this package's frames that follow run_code's own in `exc`'s traceback (IPython skips run_code's)."""
+    from ..frames import is_own_file
+
+    after = exc.__traceback__ if exc is not None else None
+    # Ours, and contextlib's __exit__ of our context managers around the user's code.
+    while after is not None and (is_own_file(after.tb_frame.f_code.co_filename) or after.tb_frame.f_code.co_filename == contextlib.__file__):
+        after = after.tb_next
+    if exc is not None and after is not None:
+        exc.__traceback__ = after
 
 
 # -- OutStream internals (ipykernel 7.4.0) -------------------------------------------------
