@@ -313,7 +313,9 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
 
     def finish_metadata(self, parent: dict, metadata: dict, reply_content: dict) -> dict:
         """Add our metadata; start stop_on_error's aborting BEFORE the error reply leaves (upstream.py)."""
-        content = parent.get("content") or {}
+        content = parent.get("content")
+        if not isinstance(content, dict):
+            content = {}  # still packed: ipykernel answers a request for a deleted subshell from its header alone
         header = parent.get("header", {})
         if reply_content.get("status") == "error" and content.get("stop_on_error", True) and not content.get("silent"):
             self._aborted_before_reply = upstream.abort_before_reply(self, header.get("subshell_id"))
