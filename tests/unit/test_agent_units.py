@@ -118,7 +118,8 @@ def test_history_auto_budget_and_persistence(tmp_path: object) -> None:
     assert h.auto_budget(key) == 15.0
     again = RuntimeHistory(path, floor=2.0, factor=3.0, default=30.0)
     assert again.auto_budget(key) == 15.0
-    assert json.load(open(path))["version"] == 1
+    with open(path) as f:
+        assert json.load(f)["version"] == 1
 
 
 def test_history_refuses_a_foreign_file(tmp_path: object) -> None:

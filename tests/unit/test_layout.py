@@ -49,11 +49,16 @@ def modules() -> dict[str, str]:
     return found
 
 
+def _read(path: str) -> str:
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
 def imports_of(module: str, path: str) -> set[str]:
     """Absolute names of everything `path` imports (relative imports resolved)."""
     if path.endswith(".pyx"):
         return set()  # Cython: checked by the native rule through its .py siblings and the .c sources
-    tree = ast.parse(open(path, encoding="utf-8").read(), path)
+    tree = ast.parse(_read(path), path)
     package = module if path.endswith("__init__.py") else module.rpartition(".")[0]
     names: set[str] = set()
     for node in ast.walk(tree):
@@ -125,8 +130,8 @@ def test_every_import_of_ours_names_a_module_that_exists() -> None:
 
 
 def test_no_module_is_over_the_size_limit() -> None:
-    sizes = {m: sum(1 for _ in open(p, encoding="utf-8")) for m, p in modules().items()}
-    sizes.update({os.path.relpath(p, ROOT): sum(1 for _ in open(p)) for p in c_sources()})
+    sizes = {m: _read(p).count("\n") for m, p in modules().items()}
+    sizes.update({os.path.relpath(p, ROOT): _read(p).count("\n") for p in c_sources()})
     big = {m: n for m, n in sizes.items() if n > MAX_LINES}
     assert big == {}, f"modules over {MAX_LINES} lines: split them by job"
 
@@ -139,7 +144,7 @@ def c_sources() -> list[str]:
 def test_every_subpackage_says_what_it_owns_and_may_import() -> None:
     for module, path in modules().items():
         if path.endswith("__init__.py") and module.count(".") == 1 and module != "cancelkernel.native":
-            doc = ast.get_docstring(ast.parse(open(path, encoding="utf-8").read())) or ""
+            doc = ast.get_docstring(ast.parse(_read(path))) or ""
             assert "Owns" in doc and "import" in doc, f"{module}'s __init__ docstring must say what it owns and may import"
 
 
