@@ -35,7 +35,7 @@ class InterventionLog:
         self._lock = threading.Lock()
 
     def write(self, record: dict[str, t.Any]) -> None:
-        record = {"time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds"), **record}
+        record = {"time": _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds"), **record}
         line = json.dumps(record, default=str, ensure_ascii=False)
         with self._lock, open(self.path, "a", encoding="utf-8") as f:
             f.write(line + "\n")

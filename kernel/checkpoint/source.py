@@ -106,8 +106,11 @@ def _parse(source: str) -> ast.Module:
 
 def _class_source(cls: type, cell_files: Iterable[str] | None) -> str:
     try:
-        return textwrap.dedent(inspect.getsource(cls))
-    except (OSError, TypeError):
+        source = textwrap.dedent(inspect.getsource(cls))
+        # 3.13 takes __firstlineno__ in the module's file, whichever file the class was defined in: check it.
+        if _defines_class(source, cls.__name__):
+            return source
+    except (OSError, TypeError, SyntaxError):
         pass  # the usual case in a notebook: module __main__ has no file
     lineno = getattr(cls, "__firstlineno__", None)  # Python 3.13+
     for filename, line in _method_lines(cls):
@@ -119,6 +122,11 @@ def _class_source(cls: type, cell_files: Iterable[str] | None) -> str:
         if found is not None:
             return found
     raise NoSource("no cell still holds its class statement")
+
+
+def _defines_class(source: str, name: str) -> bool:
+    body = ast.parse(source).body
+    return len(body) == 1 and isinstance(body[0], ast.ClassDef) and body[0].name == name
 
 
 def _method_lines(cls: type) -> Iterable[tuple[str, int]]:

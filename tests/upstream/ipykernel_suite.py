@@ -38,7 +38,7 @@ def fetch_sources(workdir: str) -> str:
     )
     archive = glob.glob(os.path.join(workdir, f"ipykernel-{version}.tar.gz"))[0]
     with tarfile.open(archive) as tar:
-        tar.extractall(workdir, filter="data") if sys.version_info >= (3, 12) else tar.extractall(workdir)  # noqa: S202
+        tar.extractall(workdir, filter="data")
     return os.path.join(workdir, f"ipykernel-{version}")
 
 
