@@ -4,8 +4,9 @@ Owns: the wiring of the runtime into the Jupyter protocol (`ipkernel`), the
 options (`options`), the shell that hands code to the executor (`shell`),
 output streams that feed the quiet clock (`streams`), iopub events
 (`events`), reply metadata and cancel status (`metadata`), the sentences
-people read (`texts`), and
-every copy of ipykernel / IPython internals (`upstream`).
+people read (`texts`), IPython's per-cell state made safe for two cells at
+once (`concurrent_cells`), and every copy of ipykernel / IPython internals
+(`upstream`).
 
 May import: ipykernel, IPython, traitlets, jupyter_core, the runtime, the
 checkpoints, and the shared pure modules.  Never the agent or the command line.

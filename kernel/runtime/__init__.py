@@ -2,6 +2,7 @@
 
 Owns: executions (`execution`), the cancellation core (`core`), SIGINT
 ownership and the GIL yield (`signals`), executors (`executors`, `worker`),
+waits an interrupt can reach off the main thread (`cooperative`),
 deadlines (`deadlines`), the watchdog (`watchdog`), stack dumps (`dumps`,
 `stacks`), and the `Runtime` that wires them for one kernel (`runtime`).
 
