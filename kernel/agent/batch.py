@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from .errors import AgentError, BadInputError, KernelStartError
 from .notebook import NotebookRun, load_notebook, require_nbformat, run_notebook
+from .threads import leaving_no_loop
 
 
 @dataclass
@@ -91,7 +92,7 @@ def run_notebooks(
     outcomes = [NotebookOutcome(n, out, lg) for n, (out, lg) in zip(notebooks, paths, strict=True)]
     with concurrent.futures.ThreadPoolExecutor(max_workers=min(jobs, len(notebooks)), thread_name_prefix="cancelkernel-run") as pool:
         futures = [
-            pool.submit(_run_one, outcome, nb, allow_errors, say, agent_options) for outcome, nb in zip(outcomes, loaded, strict=True)
+            pool.submit(leaving_no_loop(_run_one), outcome, nb, allow_errors, say, agent_options) for outcome, nb in zip(outcomes, loaded, strict=True)
         ]
         for future in futures:
             future.result()

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from .errors import BadInputError
 from .result import CellResult
+from .threads import start_thread
 
 # How often the run loop asks our kernel for its status while a watch wants it.
 STATUS_EVERY = 1.0
@@ -80,8 +81,7 @@ class Submission:
         self._interrupt = interrupt
         self._result: CellResult | None = None
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._go, args=(run,), name="cancelkernel-agent-cell", daemon=True)
-        self._thread.start()
+        self._thread = start_thread(self._go, run, name="cancelkernel-agent-cell")
 
     def _go(self, run: t.Callable[[CellWatch], CellResult]) -> None:
         try:

@@ -20,6 +20,7 @@ import typing as t
 
 from ..agent.client import AgentKernel
 from ..agent.errors import BadInputError
+from ..agent.threads import start_thread
 from .executions import Execution, Executions
 from .options import ServerOptions
 
@@ -242,9 +243,7 @@ class Sessions:
             sessions, self._kernels = list(self._kernels.values()), {}
         local = self.options.server_url is None  # a remote kernel's pid is a process on another machine
         pids = [session.ak.pid if local else None for session in sessions]
-        threads = [threading.Thread(target=_close, args=(s, "the server exited"), daemon=True) for s in sessions]
-        for thread in threads:
-            thread.start()
+        threads = [start_thread(_close, s, "the server exited", name="cancelkernel-mcp-close-kernel") for s in sessions]
         deadline = time.monotonic() + timeout
         for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))

@@ -17,6 +17,7 @@ import typing as t
 import anyio
 import anyio.to_thread
 
+from ..agent.threads import leaving_no_loop, start_thread
 from .executions import Execution
 
 if t.TYPE_CHECKING:
@@ -95,7 +96,7 @@ async def run_blocking(
         finally:
             done.set()
 
-    threading.Thread(target=go, name="cancelkernel-mcp-notebook", daemon=True).start()
+    start_thread(go, name="cancelkernel-mcp-notebook")
     try:
         while not await anyio.to_thread.run_sync(done.wait, PROGRESS_EVERY, abandon_on_cancel=True):
             await report_watch(ctx, label, watch())
@@ -109,4 +110,4 @@ async def run_blocking(
 
 async def in_thread(fn: t.Callable[..., t.Any], *args: t.Any) -> t.Any:
     """Run blocking agent-client work (start, restart, checkpoint) off the event loop."""
-    return await anyio.to_thread.run_sync(fn, *args)
+    return await anyio.to_thread.run_sync(leaving_no_loop(fn), *args)

@@ -24,6 +24,7 @@ from ... import protocol
 from ...kernelspec import OUR_KERNELS, private_spec_dir
 from ..errors import BadInputError, KernelStartError
 from ..processes import describe_exit, process_running, runs_connection_file
+from ..threads import start_thread
 from ..transport.zmq import ZmqTransport
 from .spare import SpareKernel, kill_group, retire, stop_kernel
 
@@ -167,9 +168,7 @@ class LocalLifecycle:
         if old_transport is not None:
             old_transport.close()
         if old is not None:
-            reaper = threading.Thread(target=retire, args=(old,), name="cancelkernel-retire", daemon=True)
-            reaper.start()
-            self._retiring.append(reaper)
+            self._retiring.append(start_thread(retire, old, name="cancelkernel-retire"))
         self.last_restart["spare"] = True
         return True
 

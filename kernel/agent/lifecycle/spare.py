@@ -19,6 +19,7 @@ from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
 from ... import protocol
+from ..threads import start_thread
 
 Launch = t.Callable[[], "tuple[KernelManager, BlockingKernelClient]"]
 
@@ -36,8 +37,7 @@ class SpareKernel:
         self.client: BlockingKernelClient | None = None
         self.error: str | None = None
         self._prepare: dict | None = None  # a checkpoint_request to send once the spare is ready (and again after each save)
-        self._thread = threading.Thread(target=self._start, name="cancelkernel-spare", daemon=True)
-        self._thread.start()
+        self._thread = start_thread(self._start, name="cancelkernel-spare")
 
     def _start(self) -> None:
         km: KernelManager | None = None
