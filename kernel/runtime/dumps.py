@@ -76,8 +76,8 @@ class DumpFile:
             if not wanted():
                 self._disarm()
                 return
-            # Cancel first: it waits for a dump in progress, which must not be cut short.
-            faulthandler.cancel_dump_traceback_later()
+            # One C call that cancels the timer (waiting for a dump in progress) and arms the next: a separate
+            # cancel first let a cell that grabbed the GIL in between leave the dump disarmed for good.
             faulthandler.dump_traceback_later(max(seconds, 0.001), repeat=False, file=self._file, exit=False)
             self._armed = True
 
