@@ -31,7 +31,13 @@ from .kernels import shutdown_all as shutdown_all
 from .kernels import wait_for as wait_for
 from .kernels import wait_idle as wait_idle
 from .kernels import wait_reply as wait_reply
+from .waiting import FileFlag as FileFlag
+from .waiting import act_when as act_when
 from .waiting import cell_status as cell_status
 from .waiting import dump_file_of as dump_file_of
+from .waiting import process_exited as process_exited
+from .waiting import signal_handled as signal_handled
+from .waiting import wait_awaiting as wait_awaiting
 from .waiting import wait_dumped_in_cell as wait_dumped_in_cell
+from .waiting import wait_no_abandoned_threads as wait_no_abandoned_threads
 from .waiting import wait_running as wait_running

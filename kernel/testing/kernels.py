@@ -220,13 +220,12 @@ def send_execute(
     stop_on_error: bool = False,
     store_history: bool = True,
     subshell_id: str | None = None,
+    allow_stdin: bool = False,
 ) -> str:
     """Send an execute_request (with request metadata, or to a subshell, which kc.execute cannot); return its msg_id."""
-    msg = kc.session.msg(
-        "execute_request",
-        {"code": code, "silent": False, "store_history": store_history, "user_expressions": {}, "allow_stdin": False, "stop_on_error": stop_on_error},
-        metadata=metadata or {},
-    )
+    content = {"code": code, "silent": False, "store_history": store_history, "user_expressions": {}}
+    content.update(allow_stdin=allow_stdin, stop_on_error=stop_on_error)
+    msg = kc.session.msg("execute_request", content, metadata=metadata or {})
     if subshell_id is not None:
         msg["header"]["subshell_id"] = subshell_id
     kc.shell_channel.send(msg)

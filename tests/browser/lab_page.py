@@ -9,9 +9,7 @@ the kernel's display name.
 
 from __future__ import annotations
 
-import os
 import re
-import time
 import urllib.parse
 import uuid
 
@@ -21,6 +19,7 @@ except ImportError:  # the `chromium` fixture fails (or skips) each test with wh
     pass
 
 from cancelkernel.kernelspec import DEFAULT_DISPLAY_NAME
+from cancelkernel.testing import FileFlag
 from cancelkernel.testing.servers import Server
 
 # Generous bounds on waits for the page (JupyterLab's first load on a busy 2-core machine) and for a kernel.
@@ -181,22 +180,18 @@ class Notebook:
         return list(self.page.evaluate("() => { window.__ckStatus.stop(); return window.__ckStatus.seen; }"))
 
 
-class Marker:
-    """A file the cell creates as its first statement: the test knows the cell's code runs.
+class Marker(FileFlag):
+    """A flag the cell sets as its first statement: the test knows the cell's code runs.
 
     A GIL-held loop starves the kernel's IOPub thread, so even a flushed print
     may not reach the page before it; a file on the shared disk does.
     """
 
-    def __init__(self, directory: str):
-        self.path = os.path.join(directory, f"started-{uuid.uuid4().hex[:12]}")
+    def __init__(self) -> None:
+        super().__init__("started")
 
     def then(self, code: str) -> str:
-        return f"open({self.path!r}, 'w').close()\n{code}"
+        return f"{self.set_code}\n{code}"
 
     def wait(self, timeout: float = KERNEL_TIMEOUT) -> None:
-        deadline = time.monotonic() + timeout
-        while not os.path.exists(self.path):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"the cell did not start within {timeout:g} s (no {self.path})")
-            time.sleep(0.02)
+        super().wait(timeout)

@@ -18,18 +18,19 @@ import pytest
 from lab_page import STOP_TIMEOUT, WORKER_DISPLAY_NAME, Cell, Marker, Notebook, wait_text
 
 from cancelkernel.kernelspec import DEFAULT_DISPLAY_NAME
-from cancelkernel.testing import control_request
+from cancelkernel.testing import FileFlag, control_request, wait_running
 from cancelkernel.testing.servers import Server
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples", "native"))
 from native_build import build_montecarlo  # noqa: E402
 
-# (what, the runaway's code): every one is stopped by the toolbar's interrupt in main mode (README's table).
+# (what, the runaway's code, its line where the kernel's status shows it running): every one is stopped
+# by the toolbar's interrupt in main mode (README's table).
 RUNAWAYS = [
-    ("Python loop", "while True:\n    pass"),
-    ("time.sleep", "import time\ntime.sleep(10**6)"),
-    ("regex", "import re\nre.match(r'(a+)+$', 'a' * 40 + 'b')"),
-    ("GIL-held cooperative Cython loop", "montecarlo.pi_gil(10**15)"),
+    ("Python loop", "while True:\n    pass", "while True:"),
+    ("time.sleep", "import time\ntime.sleep(10**6)", "time.sleep(10**6)"),
+    ("regex", "import re\npat = re.compile(r'(a+)+$'); s = 'a' * 40 + 'b'\npat.match(s)", "pat.match(s)"),
+    ("GIL-held cooperative Cython loop", "montecarlo.pi_gil(10**15)", "montecarlo.pi_gil(10**15)"),
 ]
 # How long another client polls cancel_status while the status bar must stay busy.
 POLL_FOR = 4.0
@@ -55,15 +56,23 @@ def test_the_launcher_entry_starts_our_kernel(notebook: Notebook, lab: Server) -
     notebook.expect_prints("print(type(get_ipython().kernel).__module__.split('.')[0])", "cancelkernel")
 
 
-@pytest.mark.parametrize("what,code", RUNAWAYS, ids=[what for what, _ in RUNAWAYS])
-def test_the_interrupt_button_stops_a_runaway_and_keeps_x(notebook: Notebook, what: str, code: str, tmp_path, example_dir: str) -> None:
+@pytest.mark.parametrize("what,code,at", RUNAWAYS, ids=[what for what, _, _ in RUNAWAYS])
+def test_the_interrupt_button_stops_a_runaway_and_keeps_x(notebook: Notebook, lab: Server, what: str, code: str, at: str, example_dir: str) -> None:
     notebook.run_done(f"import sys; sys.path.insert(0, {example_dir!r})\nimport montecarlo\nx = 42")
-    marker = Marker(str(tmp_path))
-    cell = notebook.run(marker.then(code))
-    marker.wait()
-    cell.wait_running()
-    notebook.interrupt()
-    expect_interrupted(cell)
+    # Connected before the cell: a client's first kernel_info goes to the shell, which the cell keeps busy.
+    kc = lab.client(notebook.kernel_id())
+    try:
+        marker = Marker()
+        cell = notebook.run(marker.then(code))
+        marker.wait()
+        cell.wait_running()
+        # In its runaway line, by the kernel's own status (the regex and the Cython loop hold the GIL, yet it answers).
+        running = control_request(kc, "cancel_status_request")["content"]["execution"]
+        wait_running(kc, running["msg_id"], at=at)
+        notebook.interrupt()
+        expect_interrupted(cell)
+    finally:
+        kc.stop_channels()
     notebook.wait_status("Idle")
     notebook.expect_prints("print(x)", "42")
 
@@ -82,15 +91,15 @@ def test_a_budget_trip_is_a_visible_readable_line(notebook: Notebook) -> None:
     notebook.expect_prints("print(x)", "42")
 
 
-def test_the_status_bar_stays_busy_while_another_client_polls_cancel_status(notebook: Notebook, lab: Server, tmp_path) -> None:
+def test_the_status_bar_stays_busy_while_another_client_polls_cancel_status(notebook: Notebook, lab: Server) -> None:
     # Stock ipykernel publishes busy/idle around every control request, and JupyterLab shows the last one:
     # Idle while the cell runs. Ours publishes none for cancel_status, so a poller leaves the page saying Busy.
     notebook.run_done("x = 42")
     # Connected before the cell: a client's first kernel_info goes to the shell, which the cell keeps busy.
     kc = lab.client(notebook.kernel_id())
     try:
-        marker = Marker(str(tmp_path))
-        cell = notebook.run(marker.then(f"import time\ntime.sleep({POLL_FOR + 3})"))
+        marker, gate = Marker(), FileFlag("go")  # the cell runs until the test has polled
+        cell = notebook.run(marker.then(gate.wait_code))
         marker.wait()
         notebook.wait_status("Busy")
         notebook.record_status()
@@ -105,6 +114,7 @@ def test_the_status_bar_stays_busy_while_another_client_polls_cancel_status(note
         assert polls >= POLL_FOR / POLL_EVERY / 4, f"only {polls} cancel_status replies in {POLL_FOR:g} s"
         assert cell.is_running(), "the cell ended before the polling did"
         assert all(text.endswith("| Busy") for text in seen), f"the status bar left Busy while another client polled ({polls} polls): {seen}"
+        gate.set()
         cell.wait_done()
         notebook.wait_status("Idle")
         notebook.expect_prints("print(x)", "42")
@@ -123,7 +133,7 @@ widgets.VBox([slider, seen])"""
 
 
 @pytest.mark.parametrize("notebook", [DEFAULT_DISPLAY_NAME, WORKER_DISPLAY_NAME], indirect=True, ids=["main", "worker"])
-def test_a_slider_observer_during_a_long_cell_then_the_interrupt(notebook: Notebook, tmp_path) -> None:
+def test_a_slider_observer_during_a_long_cell_then_the_interrupt(notebook: Notebook) -> None:
     """JupyterLab sends the slider's messages on a subshell: the observer runs while the cell runs, in both modes.
 
     Two kernel rules make it so (kernel/kernel/comms.py): the frontend's
@@ -137,7 +147,7 @@ def test_a_slider_observer_during_a_long_cell_then_the_interrupt(notebook: Noteb
     readout = shown.element.locator(".widget-slider .widget-readout")
     label = shown.element.locator(".widget-label").filter(has_text="seen")
     wait_text(label, "seen nothing", "the widgets did not render")
-    marker = Marker(str(tmp_path))
+    marker = Marker()
     cell = notebook.run(marker.then("while True:\n    pass"))
     marker.wait()
     cell.wait_running()

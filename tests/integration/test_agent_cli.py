@@ -160,3 +160,5 @@ def test_kernel_auto_restarted_by_its_owner_returns_died(tmp_path: Any) -> None:
     finally:
         owner.terminate()
         owner.wait(timeout=30)
+        if owner.stdout is not None:
+            owner.stdout.close()

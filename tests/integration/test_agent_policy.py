@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 
 import pytest
 from agent_helpers import agent
 
 from cancelkernel.agent import BadInputError, CheckpointError, RunawayCellError, read_log
+from cancelkernel.testing import act_when, process_exited
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -116,10 +116,11 @@ def test_kill_9_from_outside_is_died_promptly() -> None:
     with agent("cancelkernel") as ak:
         pid = ak.pid
         assert pid is not None
-        threading.Timer(0.5, os.kill, (pid, signal.SIGKILL)).start()
+        # Killed once the cell's first output has arrived (it runs its own code), not after a guessed delay.
+        acted = act_when(lambda: ak.running is not None and bool(ak.running.outputs), lambda: os.kill(pid, signal.SIGKILL))
         started = time.monotonic()
-        r = ak.run("import time\ntime.sleep(60)")  # no budget: only the death can end it
-        assert r.status == "died" and "SIGKILL" in (r.reason_text or "")
+        r = ak.run("import time\nprint('started', flush=True)\ntime.sleep(60)")  # no budget: only the death can end it
+        assert acted.wait(30) and r.status == "died" and "SIGKILL" in (r.reason_text or ""), r.summary()
         assert time.monotonic() - started < 15
         assert ak.run("1").status == "ok"
 
@@ -129,17 +130,18 @@ def test_dead_between_cells_is_revived() -> None:
         pid = ak.pid
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
-        time.sleep(0.3)
+        assert process_exited(pid)  # dead (a zombie: the kernel manager reaps it) before the next cell is asked for
         r = ak.run("print('fresh')")
-        assert r.status == "ok" and r.text == "fresh\n" and r.state == "lost"
+        assert r.status == "ok" and r.text == "fresh\n" and r.state == "lost", r.summary()
         assert r.actions[0]["action"] == "restart" and r.actions[0]["why"] == "died"
 
 
 def test_manual_interrupt_from_another_thread() -> None:
     with agent("cancelkernel") as ak:
-        threading.Timer(0.5, ak.interrupt).start()
-        r = ak.run("import time\ntime.sleep(30)")
-        assert (r.status, r.reason) == ("interrupted", "manual")
+        # From another thread, once the cell's first output has arrived: it runs its own code.
+        acted = act_when(lambda: ak.running is not None and bool(ak.running.outputs), ak.interrupt)
+        r = ak.run("import time\nprint('started', flush=True)\ntime.sleep(30)")
+        assert acted.wait(30) and (r.status, r.reason) == ("interrupted", "manual"), r.summary()
         assert r.actions[0]["via"] == "message"
 
 

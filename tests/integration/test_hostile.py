@@ -18,7 +18,7 @@ import time
 import pytest
 from jupyter_client.session import Session
 
-from cancelkernel.testing import MODES, control_request, execute, interrupt, running_kernel, send_execute, wait_reply
+from cancelkernel.testing import MODES, control_request, execute, interrupt, running_kernel, send_execute, wait_reply, wait_running
 
 SEED = int(os.environ.get("CANCELKERNEL_FUZZ_SEED", "20261201"))
 MESSAGES = 2000
@@ -136,7 +136,7 @@ def test_hostile_messages_cost_nothing(mode: str) -> None:
         state = execute(kc, "", user_expressions={"x": "x", "ran": "'hostile_ran' in dir()"})["content"]["user_expressions"]
         assert state["x"]["data"]["text/plain"] == "42" and state["ran"]["data"]["text/plain"] == "False"
         runaway = send_execute(kc, "while True:\n    pass")
-        time.sleep(0.3)
+        wait_running(kc, runaway, at="while True:")
         assert interrupt(kc, runaway)["interrupted"] is True
         assert wait_reply(kc, runaway)["content"]["ename"] == "KeyboardInterrupt"
         assert control_request(kc, "cancel_status_request")["content"]["executions"] == []

@@ -19,9 +19,22 @@ import signal
 import time
 
 import pytest
-from test_runaways import _MARKERS, GRACE_ARGS, no_reply_within, send_interrupt, start_runaway, user_expr, wait_until
+from test_runaways import GRACE_ARGS, no_reply_within, send_interrupt, start_runaway, user_expr, wait_until
 
-from cancelkernel.testing import MODES, REPLY_TIMEOUT, control_request, execute, interrupt, running_kernel, wait_reply
+from cancelkernel.testing import (
+    MODES,
+    REPLY_TIMEOUT,
+    FileFlag,
+    control_request,
+    execute,
+    interrupt,
+    running_kernel,
+    send_execute,
+    signal_handled,
+    wait_no_abandoned_threads,
+    wait_reply,
+    wait_running,
+)
 
 BUSY = "while True: pass"
 
@@ -80,7 +93,7 @@ def quick_kernel(mode: str):
 def test_targeted_interrupt_hits_the_running_execution(kernel) -> None:
     km, kc = kernel
     msg_id = kc.execute(BUSY, stop_on_error=False)
-    time.sleep(0.3)
+    wait_running(kc, msg_id, at=BUSY)
     reply_to_interrupt = interrupt(kc, msg_id)
     assert reply_to_interrupt["status"] == "ok", reply_to_interrupt
     assert reply_to_interrupt["interrupted"] is True, reply_to_interrupt
@@ -94,12 +107,14 @@ def test_interrupt_targeted_at_an_ended_execution_does_nothing(kernel) -> None:
     km, kc = kernel
     ended = kc.execute("first = 1")
     assert wait_reply(kc, ended)["content"]["status"] == "ok"
-    running = kc.execute("import time\ntime.sleep(0.6)\nsecond = first + 1", stop_on_error=False)
-    time.sleep(0.2)
+    gate = FileFlag("go")  # the running cell goes on when the test says so
+    running = kc.execute(f"{gate.wait_code}\nsecond = first + 1", stop_on_error=False)
+    wait_running(kc, running, at=gate.wait_code)
     reply_to_interrupt = interrupt(kc, ended)
     assert reply_to_interrupt["status"] == "ok"
     assert reply_to_interrupt["interrupted"] is False, reply_to_interrupt
     assert reply_to_interrupt["execution"] is None, reply_to_interrupt
+    gate.set()
     reply = wait_reply(kc, running)
     assert reply["content"]["status"] == "ok", reply["content"]
     assert reply["metadata"]["cancelkernel"]["interrupted"] is False
@@ -109,7 +124,7 @@ def test_interrupt_targeted_at_an_ended_execution_does_nothing(kernel) -> None:
 def test_unknown_target_does_nothing(kernel) -> None:
     km, kc = kernel
     msg_id = kc.execute(BUSY, stop_on_error=False)
-    time.sleep(0.3)
+    wait_running(kc, msg_id, at=BUSY)
     reply_to_interrupt = interrupt(kc, "no-such-execute-request")
     assert reply_to_interrupt["status"] == "ok" and reply_to_interrupt["interrupted"] is False, reply_to_interrupt
     assert_still_running(kc, msg_id)
@@ -120,12 +135,14 @@ def test_unknown_target_does_nothing(kernel) -> None:
 def test_interrupt_targeted_at_a_queued_cell_spares_the_running_one(kernel) -> None:
     """A cell that has not started yet is cancelled before it runs (test_pending.py); the one running goes on."""
     km, kc = kernel
-    running = kc.execute("import time\ntime.sleep(0.6)\nfirst = 1", stop_on_error=False)
+    gate = FileFlag("go")  # the running cell goes on when the test says so
+    running = kc.execute(f"{gate.wait_code}\nfirst = 1", stop_on_error=False)
     queued = kc.execute("second = first + 1", stop_on_error=False)
-    time.sleep(0.2)
+    wait_running(kc, running, at=gate.wait_code)
     reply_to_interrupt = interrupt(kc, queued)
     assert reply_to_interrupt["status"] == "ok" and reply_to_interrupt["interrupted"] is False, reply_to_interrupt
     assert reply_to_interrupt["pending"] is True and reply_to_interrupt["running"] == running, reply_to_interrupt
+    gate.set()
     replies = collect_replies(kc, [running, queued])
     assert replies[running][0]["content"]["status"] == "ok", replies[running][0]["content"]
     assert replies[queued][0]["metadata"]["cancelkernel"]["before_start"] is True
@@ -136,7 +153,7 @@ def test_untargeted_interrupt_hits_whatever_runs(kernel) -> None:
     """Empty content (what JupyterLab sends) interrupts the running cell, and the reply names it."""
     km, kc = kernel
     msg_id = kc.execute(BUSY, stop_on_error=False)
-    time.sleep(0.3)
+    wait_running(kc, msg_id, at=BUSY)
     reply_to_interrupt = interrupt(kc)
     assert reply_to_interrupt["status"] == "ok"
     assert reply_to_interrupt["interrupted"] is True and reply_to_interrupt["execution"] == msg_id, reply_to_interrupt
@@ -162,7 +179,7 @@ def test_malformed_target_is_a_clear_error(mode: str) -> None:
     """A target that is not a non-empty string: an error reply that says what is wrong, nothing interrupted."""
     with running_kernel(mode) as (km, kc):
         msg_id = kc.execute(BUSY, stop_on_error=False)
-        time.sleep(0.3)
+        wait_running(kc, msg_id, at=BUSY)
         for bad in (5, 0, "", "   ", ["a"], {"msg_id": "x"}, True):
             content = control_request(kc, "interrupt_request", {"target": bad})["content"]
             assert content["status"] == "error", (bad, content)
@@ -189,7 +206,7 @@ def test_interrupt_never_lands_in_a_later_cell(mode: str) -> None:
                 assert wait_reply(kc, short)["content"]["status"] == "ok"
                 interrupt_id = send_interrupt(kc, short)  # certainly ended
             else:
-                time.sleep(rng.uniform(0, 0.012))
+                time.sleep(rng.uniform(0, 0.012))  # on purpose a random moment: the race with its end is the test
                 interrupt_id = send_interrupt(kc, short)  # racing with its end
             later = kc.execute("time.sleep(0.03)\nlater_ok += 1", stop_on_error=False)
             hit = control_reply(kc, interrupt_id)["content"]
@@ -204,24 +221,47 @@ def test_interrupt_never_lands_in_a_later_cell(mode: str) -> None:
         assert user_expr(kc, "later_ok") == str(later_ok)
 
 
+# Run in the kernel: `_abort_queues`, which stock runs right after sending an error reply, starts 0.3 s late.
+LATE_ABORT_QUEUES = (
+    "import time as _time\n"
+    "_kernel = get_ipython().kernel\n"
+    "_abort_queues_now = _kernel._abort_queues\n"
+    "def _abort_queues_late(*args, **kwargs):\n"
+    "    _time.sleep(0.3)\n"
+    "    return _abort_queues_now(*args, **kwargs)\n"
+    "_kernel._abort_queues = _abort_queues_late"
+)
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_cell_sent_after_an_interrupted_reply_is_not_aborted(mode: str) -> None:
     """The next cell runs normally: a cell sent AFTER the interrupted cell's reply arrived is never aborted.
 
     Uses the default stop_on_error=True, as notebooks do.  ipykernel 7.4 sends
-    the error reply first and only then starts aborting queued requests until
-    a "stop aborting" message makes its way through the shell channel thread;
-    a request sent as soon as the reply arrives can overtake it and be answered
-    `aborted` although it was sent after the error.  Stock ipykernel shows the
-    same race; the issue requires the next cell to run normally.  Being a race,
-    this test can pass by luck while the bug is there (more often on an idle
-    machine); it cannot fail once the race is gone.
+    the error reply first and only then (`Kernel._abort_queues`) starts
+    aborting queued requests and posts the "stop aborting" marker through the
+    shell channel thread (`_post_dummy_stop_aborting_message`); a request sent
+    as soon as the reply arrives can get ahead of the marker and be answered
+    `aborted` although it was sent after the error.  Our kernel posts the
+    marker BEFORE the reply leaves (upstream.abort_before_reply), and its
+    `_abort_queues` then has nothing left to do.
+
+    A setup cell widens the race window to 0.3 s: `_abort_queues` starts that
+    late.  With the fix that changes nothing (the marker is already ahead of
+    any later request) and the next cell is never aborted; without it, the
+    next cell, sent the moment the reply arrives, is routed before the marker
+    and aborted every round (checked with abort_before_reply disabled: 5 of 5
+    aborted in both modes).  So a few rounds are enough.  (Delaying
+    `_post_dummy_stop_aborting_message` instead is not enough: it runs on the
+    shell channel thread, which then cannot route the next request either;
+    measured so, 1 to 4 rounds of 5 failed without the fix.)
     """
     with running_kernel(mode, extra_arguments=GRACE_ARGS) as (km, kc):
+        assert execute(kc, LATE_ABORT_QUEUES)["content"]["status"] == "ok"
         statuses = []
-        for _ in range(30):
+        for _ in range(5):
             msg_id = kc.execute(BUSY)
-            time.sleep(0.1)
+            wait_running(kc, msg_id, at=BUSY)
             interrupt(kc, msg_id)
             assert_interrupted(wait_reply(kc, msg_id), msg_id)
             statuses.append(execute(kc, "1")["content"]["status"])
@@ -249,7 +289,7 @@ def test_a_cell_that_catches_its_interrupt_carries_on(kernel) -> None:
         "finished = True"
     )
     msg_id = kc.execute(code, stop_on_error=False)
-    time.sleep(0.3)
+    wait_running(kc, msg_id, at="while True:")  # in the loop, inside the try (a loop's back jump is its `while` line)
     assert interrupt(kc, msg_id)["interrupted"] is True
     reply = wait_reply(kc, msg_id)
     assert user_expr(kc, "caught") == "True"
@@ -282,16 +322,14 @@ def test_interrupt_spares_asyncio_tasks_of_earlier_cells(quick_kernel, mode: str
         "await asyncio.sleep(0.05)"
     )
     assert execute(kc, setup)["content"]["status"] == "ok"
-    msg_id = kc.execute(runaway, stop_on_error=False)
-    time.sleep(0.3)
+    msg_id, _code, _line = start_runaway(kc, "", runaway)
     assert interrupt(kc, msg_id)["interrupted"] is True
     reply = wait_reply(kc, msg_id)
     assert reply["content"]["status"] == "error"
     assert reply["content"]["ename"] == ("CancelledError" if runaway.startswith("await") else "KeyboardInterrupt")
     before = int(user_expr(kc, "len(ticks)"))
-    time.sleep(0.4)
     assert user_expr(kc, "background.done()") == "False"
-    assert int(user_expr(kc, "len(ticks)")) > before + 5, "the background task stopped ticking"
+    assert wait_until(lambda: int(user_expr(kc, "len(ticks)")) > before + 5, REPLY_TIMEOUT), "the background task stopped ticking"
 
 
 # -- SIGINT (interrupt_mode "signal", kill -INT) ------------------------------------------
@@ -301,7 +339,7 @@ def test_interrupt_spares_asyncio_tasks_of_earlier_cells(quick_kernel, mode: str
 def test_sigint_interrupts_the_running_cell(quick_kernel, mode: str, runaway: str) -> None:
     km, kc = quick_kernel
     assert execute(kc, "kept = 'yes'")["content"]["status"] == "ok"
-    msg_id, _code, _line = start_runaway(kc, "", runaway)
+    msg_id, _code, _line = start_runaway(kc, "", runaway, innermost="acquire(" if "wait" in runaway else None)
     km.signal_kernel(signal.SIGINT)
     reply = wait_reply(kc, msg_id)
     assert_interrupted(reply, msg_id, reason="signal")
@@ -311,8 +349,7 @@ def test_sigint_interrupts_the_running_cell(quick_kernel, mode: str, runaway: st
 def test_sigint_while_idle_does_nothing(quick_kernel, mode: str) -> None:
     km, kc = quick_kernel
     for _ in range(5):
-        km.signal_kernel(signal.SIGINT)
-        time.sleep(0.1)
+        signal_handled(km, kc)  # handled while idle, before the next request is sent
         assert km.is_alive()
         reply = execute(kc, "time.sleep(0.3)\nidle_ok = True")
         assert reply["content"]["status"] == "ok", reply["content"]
@@ -331,11 +368,11 @@ def test_sigint_still_reaches_the_tenth_cell_after_a_cell_replaced_the_handler()
         for i in range(7):
             assert execute(kc, f"c{i} = {i}")["content"]["status"] == "ok"
         msg_id = kc.execute(BUSY, stop_on_error=False)  # the tenth cell
-        time.sleep(0.3)
+        wait_running(kc, msg_id, at=BUSY)
         km.signal_kernel(signal.SIGINT)
         assert_interrupted(wait_reply(kc, msg_id), msg_id, reason="signal")
         msg_id = kc.execute(BUSY, stop_on_error=False)
-        time.sleep(0.3)
+        wait_running(kc, msg_id, at=BUSY)
         assert interrupt(kc, msg_id)["interrupted"] is True
         assert_interrupted(wait_reply(kc, msg_id), msg_id)
 
@@ -357,10 +394,9 @@ def test_child_processes_get_the_interrupt(quick_kernel, mode: str) -> None:
     Required for main mode (as stock's killpg); the core does it in worker mode too.
     """
     km, kc = quick_kernel
-    stamp = time.monotonic_ns()
-    ready, got = os.path.join(_MARKERS, f"child-ready-{stamp}"), os.path.join(_MARKERS, f"child-got-{stamp}")
+    ready, got = FileFlag("child-ready").path, FileFlag("child-got").path
     setup = f"child = subprocess.Popen([sys.executable, '-c', {CHILD!r}, {ready!r}, {got!r}])\nwhile not os.path.exists({ready!r}): time.sleep(0.01)"
-    msg_id, _code, _line = start_runaway(kc, setup, "child.wait()")
+    msg_id, _code, _line = start_runaway(kc, setup, "child.wait()", innermost="waitpid(")
     assert interrupt(kc, msg_id)["interrupted"] is True
     assert_interrupted(wait_reply(kc, msg_id), msg_id)
     assert wait_until(lambda: os.path.exists(got), 5), "the child process never got SIGINT"
@@ -383,15 +419,21 @@ def test_child_processes_get_the_interrupt(quick_kernel, mode: str) -> None:
 def test_abandoned_thread_never_touches_a_later_cell() -> None:
     """Worker mode: an abandoned exec thread that finally returns runs no more user code and prints nothing."""
     with running_kernel("worker", extra_arguments=GRACE_ARGS) as (km, kc):
-        assert execute(kc, "import threading, time\ntouched = False")["content"]["status"] == "ok"
-        runaway = "threading.Event().wait(1.0)\ntouched = True\nprint('abandoned thread printed')"
-        msg_id, _code, _line = start_runaway(kc, "", runaway)
+        assert execute(kc, "import os, threading, time\ntouched = False\npr, pw = os.pipe()")["content"]["status"] == "ok"
+        # Blocked in C (an empty pipe) past the grace: abandoned.  The read returns when the test writes.
+        msg_id = send_execute(kc, "os.read(pr, 1)\ntouched = True\nprint('abandoned thread printed')")
+        wait_running(kc, msg_id, at="os.read(pr, 1)")
         assert interrupt(kc, msg_id)["interrupted"] is True
         reply = wait_reply(kc, msg_id)
         assert_interrupted(reply, msg_id)
         assert reply["metadata"]["cancelkernel"]["abandoned_thread"]
-        # This cell runs while the abandoned thread's wait returns and its pending interrupt fires.
-        later = kc.execute("time.sleep(1.5)\nlater = 'ok'")
+        # This cell lets the abandoned thread's read return, and runs on while that thread's pending
+        # interrupt fires and it ends (the kernel lists it no more); then the test lets the cell finish.
+        gate = FileFlag("go")
+        later = kc.execute(f"os.write(pw, b'x')\n{gate.wait_code}\nlater = 'ok'")
+        wait_running(kc, later, at=gate.wait_code)
+        wait_no_abandoned_threads(kc)
+        gate.set()
         later_reply = wait_reply(kc, later)
         assert later_reply["content"]["status"] == "ok", later_reply["content"]
         assert user_expr(kc, "touched") == "False", "the abandoned thread ran user code after its cell was answered"
@@ -415,14 +457,16 @@ def test_output_of_a_new_exec_thread_is_not_muted_after_abandonments() -> None:
     abandoned one that has finished.
     """
     with running_kernel("worker", extra_arguments=GRACE_ARGS) as (km, kc):
-        assert execute(kc, "import threading, time")["content"]["status"] == "ok"
+        assert execute(kc, "import os, threading, time")["content"]["status"] == "ok"
         for _ in range(2):
-            # Abandoned after the grace, well before the wait returns; then it returns and the thread exits.
-            msg_id, _code, _line = start_runaway(kc, "", "threading.Event().wait(1.5)")
+            # Blocked in C (an empty pipe): abandoned after the grace; then the test lets the read return
+            # (from the new exec thread) and waits until the abandoned thread has exited.
+            msg_id, _code, _line = start_runaway(kc, "pr, pw = os.pipe()", "os.read(pr, 1)")
             assert interrupt(kc, msg_id)["interrupted"] is True
             reply = wait_reply(kc, msg_id)
             assert reply["metadata"]["cancelkernel"]["abandoned_thread"], reply["metadata"]
-            time.sleep(1.5)
+            assert execute(kc, "os.write(pw, b'x')")["content"]["status"] == "ok"
+            wait_no_abandoned_threads(kc)
         msg_id = kc.execute("print('hello from the new exec thread', threading.get_ident())")
         assert wait_reply(kc, msg_id)["content"]["status"] == "ok"
         texts = []
@@ -505,5 +549,5 @@ def test_interrupt_for_a_kernel_shutting_down_while_a_cell_runs(mode: str, tmp_p
     """The interrupt the user sends because shutdown seems stuck on a running cell: answered, or the kernel is gone."""
     with running_kernel(mode, env=_private_ipython(tmp_path)) as (km, kc):
         running = kc.execute("import time\ntime.sleep(30)", stop_on_error=False)
-        time.sleep(0.3)
+        wait_running(kc, running, at="time.sleep(30)")
         _shutdown_then_interrupt(km, kc, running)

@@ -15,25 +15,35 @@ from collections.abc import Iterator
 
 import pytest
 
-from cancelkernel.testing import MODES, control_request, execute, send_execute, wait_reply
+from cancelkernel.testing import (
+    MODES,
+    FileFlag,
+    dump_file_of,
+    execute,
+    send_execute,
+    wait_awaiting,
+    wait_dumped_in_cell,
+    wait_reply,
+    wait_running,
+)
 from cancelkernel.testing.servers import Server, jupyter_server
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples", "native"))
 from native_build import build_montecarlo  # noqa: E402
 
-# (what, the cell, whether the kernel stops it in main mode, in worker mode)
+# (what, the cell, whether the kernel stops it in main mode, in worker mode); the cell's last line is the runaway.
 RUNAWAYS = [
     ("Python loop", "while True:\n    pass", True, True),
     ("time.sleep", "import time\ntime.sleep(10**6)", True, True),
-    ("Event.wait", "import threading\nthreading.Event().wait()", True, True),  # worker: abandoned and replaced
+    ("Event.wait", "import threading\nthreading.Event().wait()", True, True),  # worker: a cooperative wait
+    ("lock acquired twice", "import threading\nlk = threading.Lock(); lk.acquire()\nlk.acquire()", True, True),  # worker: abandoned and replaced
     ("await", "import asyncio\nawait asyncio.sleep(10**6)", True, True),
     ("GIL-held cooperative Cython loop", "montecarlo.pi_gil(10**15)", True, True),
     # One C call that holds the GIL and checks only main-thread signals: out of reach in worker mode (documented).
-    ("regex", "import re\nre.match(r'(a+)+$', 'a' * 40 + 'b')", True, False),
+    ("regex", "import re\npat = re.compile(r'(a+)+$'); s = 'a' * 40 + 'b'\npat.match(s)", True, False),
 ]
-
-
-GIL_HOLDERS = ("GIL-held cooperative Cython loop", "regex")
+# Where a status sees the Python loop: its back jump, on the `while` line.
+AT = {"Python loop": "while True:"}
 
 
 @pytest.fixture(scope="module")
@@ -56,16 +66,27 @@ def kernel_in(server: Server, mode: str, example_dir: str):
     return kernel_id, kc
 
 
-def started(kc, code: str) -> str:
+def started(kc, what: str, code: str, stoppable: bool) -> str:
+    """Send the cell; return its msg_id once the kernel's state shows it in its runaway line."""
+    lines = code.splitlines()
+    if not stoppable:
+        # One C call that holds the GIL: nothing answers a status request.  A wall budget arms the
+        # kernel's dead man's switch, whose dump shows the cell in the call.  The budget cannot interrupt
+        # it once the call holds the GIL; long enough not to interrupt the setup line before it either.
+        dump_file = dump_file_of(kc)
+        msg_id = send_execute(kc, code, metadata={"cancelkernel": {"wall_budget": 1.0}})
+        wait_dumped_in_cell(dump_file, len(lines))
+        return msg_id
+    if lines[-1].startswith("await "):
+        marker = FileFlag("awaiting")
+        msg_id = send_execute(kc, "\n".join([*lines[:-1], marker.set_code, lines[-1]]))
+        marker.wait()
+        wait_awaiting(kc, msg_id)  # the loop is back in its selector after the marker: the cell waits in the await
+        return msg_id
     msg_id = send_execute(kc, code)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:  # until the cell is running (the status request may wait for the GIL)
-        status = control_request(kc, "cancel_status_request", timeout=10)["content"]
-        if (status.get("execution") or {}).get("msg_id") == msg_id:
-            time.sleep(0.2)
-            return msg_id
-        time.sleep(0.05)
-    raise AssertionError(f"cell never started: {code}")
+    # Status requests are answered even by a GIL-holding cell that checks signals (the kernel's GIL yield).
+    wait_running(kc, msg_id, at=AT.get(what, lines[-1]))
+    return msg_id
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -74,11 +95,7 @@ def test_the_rest_interrupt_stops_the_runaway_set(server: Server, mode: str, exa
     try:
         for what, code, in_main, in_worker in RUNAWAYS:
             stoppable = in_main if mode == "main" else in_worker
-            if what in GIL_HOLDERS:
-                msg_id = send_execute(kc, code)
-                time.sleep(0.5)  # it holds the GIL: a status request would only wait for it
-            else:
-                msg_id = started(kc, code)
+            msg_id = started(kc, what, code, stoppable)
             assert server.interrupt(kernel_id) == 204
             if not stoppable:
                 with pytest.raises(TimeoutError):
@@ -102,14 +119,16 @@ def test_the_rest_interrupt_stops_the_runaway_set(server: Server, mode: str, exa
 def test_polling_our_status_leaves_the_server_busy(server: Server, example_dir: str) -> None:
     kernel_id, kc = kernel_in(server, "main", example_dir)
     try:
-        msg_id = send_execute(kc, "import time\ntime.sleep(5)")
-        time.sleep(0.3)
+        gate = FileFlag("go")  # the cell runs until the test has looked
+        msg_id = send_execute(kc, gate.wait_code)
+        wait_running(kc, msg_id)
         seen = []
         end = time.monotonic() + 4.0
-        while time.monotonic() < end:
-            control_request(kc, "cancel_status_request")
+        while time.monotonic() < end:  # the length of the look, not a guess at how long anything takes
+            wait_running(kc, msg_id)  # a status request while the cell runs
             seen.append(server.execution_state(kernel_id))
             time.sleep(0.1)
+        gate.set()
         assert set(seen) == {"busy"}, f"the server saw {sorted(set(seen))} while the cell ran"
         assert wait_reply(kc, msg_id, timeout=10)["content"]["status"] == "ok"
         deadline = time.monotonic() + 5

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from cancelkernel.testing import MODES, REPLY_TIMEOUT, drain, execute, interrupt, outputs, running_kernel, wait_reply
+from cancelkernel.testing import MODES, REPLY_TIMEOUT, FileFlag, drain, execute, interrupt, outputs, running_kernel, wait_reply, wait_running
 
 
 @pytest.fixture(scope="module", params=MODES)
@@ -172,7 +172,7 @@ def test_input_answered_over_stdin(kc) -> None:
 def test_input_works_after_an_interrupted_input(kc) -> None:
     msg_id = kc.execute("first_answer = input('first? ')", allow_stdin=True, stop_on_error=False)
     assert kc.stdin_channel.get_msg(timeout=REPLY_TIMEOUT)["msg_type"] == "input_request"
-    time.sleep(0.2)
+    wait_running(kc, msg_id, at="first_answer = input('first? ')")
     assert interrupt(kc, msg_id)["interrupted"] is True
     reply = wait_reply(kc, msg_id)
     assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
@@ -200,6 +200,7 @@ def test_asyncio_task_started_by_a_cell_keeps_running_between_cells(kc) -> None:
 
     (Live dashboards, servers, tickers in notebooks rely on it.)
     """
+    ticked = FileFlag("ticked")  # set by the task itself once it has ticked 6 times after the cell ended
     run(
         kc,
         "import asyncio\n"
@@ -207,14 +208,17 @@ def test_asyncio_task_started_by_a_cell_keeps_running_between_cells(kc) -> None:
         "async def ticker():\n"
         "    while True:\n"
         "        ticks.append(1)\n"
+        "        if len(ticks) == globals().get('ticks_wanted'):\n"
+        f"            {ticked.set_code}\n"
         "        await asyncio.sleep(0.02)\n"
         "async def start():\n"
         "    return asyncio.ensure_future(ticker())\n"
         "ticker_task = await start()\n"
         "await asyncio.sleep(0.05)\n"
-        "ticks_at_end_of_cell = len(ticks)",
+        "ticks_at_end_of_cell = len(ticks)\n"
+        "ticks_wanted = ticks_at_end_of_cell + 6",
     )
-    time.sleep(0.5)  # idle: no cell runs
+    ticked.wait()  # idle: no cell runs, the task ticks on
     run(kc, "ticks_later = len(ticks)\nticker_task.cancel()")
     at_end, later = int(value_of(kc, "ticks_at_end_of_cell")), int(value_of(kc, "ticks_later"))
     assert later > at_end + 5, f"the task did not run while the kernel was idle: {at_end} ticks, then {later}"
@@ -328,7 +332,7 @@ def test_thread_affine_state_survives_between_cells(kc) -> None:
     assert value_of(kc, "local_value") == "42"
     # An interrupted (Python-level) cell does not cost the exec thread either.
     msg_id = kc.execute("while True: pass", stop_on_error=False)
-    time.sleep(0.3)
+    wait_running(kc, msg_id, at="while True: pass")
     assert interrupt(kc, msg_id)["interrupted"] is True
     assert wait_reply(kc, msg_id)["content"]["ename"] == "KeyboardInterrupt"
     run(

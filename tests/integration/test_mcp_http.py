@@ -41,7 +41,7 @@ def test_execute_with_progress_and_an_image(mcp: McpServer) -> None:
 
 
 def test_closing_the_stream_interrupts_the_cell(mcp: McpServer) -> None:
-    mcp.cancel_after(1.5, "execute", code="import time  # http\nprint('started', flush=True)\nwhile True:\n    time.sleep(0.01)")
+    mcp.cancel_once_running("execute", code="import time  # http\nprint('started', flush=True)\nwhile True:\n    time.sleep(0.01)")
     last = next(k["last_execution"] for k in mcp.call("list_kernels")["kernels"] if k["kernel_id"] == "default")
     r = mcp.call("get_execution", execution_id=last, wait=20)
     assert (r["status"], r["reason"]) == ("interrupted", "manual") and "cancelled" in r["why"], r

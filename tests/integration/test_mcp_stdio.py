@@ -120,7 +120,7 @@ def test_progress_carries_what_the_kernel_sees(mcp: McpServer) -> None:
 
 
 def test_cancelling_execute_interrupts_the_cell(mcp: McpServer) -> None:
-    mcp.cancel_after(1.5, "execute", code=loop("cancelled"))
+    mcp.cancel_once_running("execute", code=loop("cancelled"))
     kernel = mcp.call("list_kernels")["kernels"]
     execution_id = next(k["last_execution"] for k in kernel if k["kernel_id"] == "default")
     r = mcp.call("get_execution", execution_id=execution_id, wait=20)

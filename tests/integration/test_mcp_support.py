@@ -23,6 +23,8 @@ import typing as t
 
 from mcp import Client, StdioServerParameters
 
+from cancelkernel.testing import process_exited
+
 # The grace of the agent-client tests: the restart paths stay quick, the behaviour is the same.
 GRACE = "0.5"
 PNG = (  # a 1x1 red pixel
@@ -159,16 +161,35 @@ class McpServer:
         assert self.client is not None
         return Answer(self._run(self.client.call_tool(tool, arguments), timeout))
 
-    def cancel_after(self, seconds: float, tool: str, **arguments: t.Any) -> None:
-        """Call a tool and give up on it after `seconds`: the client cancels the request (SDK 2.x)."""
+    def cancel_once_running(self, tool: str, timeout: float = 60, **arguments: t.Any) -> None:
+        """Call a tool and give up on it (the client cancels the request, SDK 2.x) once its progress shows the cell running.
+
+        The server's progress says where the kernel sees the cell ("at Cell In[..."): its own state, not a guess at how
+        long the cell needs to start.
+        """
         assert self.client is not None
         client = self.client
 
         async def go() -> None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(client.call_tool(tool, arguments), seconds)
+            running = asyncio.Event()
 
-        self._run(go(), seconds + 30)
+            async def on_progress(done: float, total: float | None, message: str | None) -> None:
+                if message and "at Cell In[" in message:
+                    running.set()
+
+            call = asyncio.ensure_future(client.call_tool(tool, arguments, progress_callback=on_progress))
+            seen = asyncio.ensure_future(running.wait())
+            try:
+                await asyncio.wait({call, seen}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                assert not call.done(), f"the call ended before its progress showed the cell running: {call.result()}"
+                assert seen.done(), f"no progress showed the cell running within {timeout} s"
+            finally:
+                seen.cancel()
+                call.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await call
+
+        self._run(go(), timeout + 30)
 
     def resource(self, uri: str) -> t.Any:
         assert self.client is not None
@@ -237,21 +258,7 @@ def descendants(pid: int) -> set[int]:
 
 def gone(pid: int, timeout: float = 15.0) -> bool:
     """True once the process no longer exists (a zombie counts as gone)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().split(") ")[-1].startswith("Z"):
-                    return True
-        except FileNotFoundError:
-            return True
-        except OSError:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                return True
-        time.sleep(0.05)
-    return False
+    return process_exited(pid, timeout)
 
 
 def wait_until(predicate: t.Callable[[], t.Any], timeout: float = 20.0) -> t.Any:

@@ -15,12 +15,23 @@ import os
 import queue
 import signal
 import sys
-import tempfile
-import time
 
 import pytest
 
-from cancelkernel.testing import MODES, REPLY_TIMEOUT, control_request, execute, interrupt, running_kernel, wait_reply
+from cancelkernel.testing import (
+    MODES,
+    REPLY_TIMEOUT,
+    control_request,
+    dump_file_of,
+    execute,
+    interrupt,
+    running_kernel,
+    send_execute,
+    signal_handled,
+    wait_dumped_in_cell,
+    wait_reply,
+    wait_running,
+)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples", "native"))
 from native_build import build_montecarlo  # noqa: E402
@@ -46,25 +57,28 @@ def setup_cell(example_dir: str) -> str:
 
 
 def start(kc, code: str) -> str:
-    """Start a cell and return its msg_id once its code runs.
+    """Start a cell; return its msg_id once the kernel shows it running its code (a one-line cell: at that line).
 
-    The cell creates a marker file first: a GIL-held loop starves the kernel's
-    IOPub thread, so even a flushed print may not leave the kernel before it.
+    A native loop that checks the flag answers status requests even while it
+    holds the GIL (the kernel's GIL yield).  Its line is one attribute lookup
+    and one call: at that line means inside the loop.  A cell of several
+    lines here is one loop from its first line on.
     """
-    fd, marker = tempfile.mkstemp(prefix="ck-started-")
-    os.close(fd)
-    os.unlink(marker)
-    msg_id = kc.execute(f"open({marker!r}, 'w').close()\n{code}", stop_on_error=False)
-    deadline = time.monotonic() + REPLY_TIMEOUT
-    try:
-        while not os.path.exists(marker):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"the cell did not start within {REPLY_TIMEOUT} s")
-            time.sleep(0.005)
-    finally:
-        if os.path.exists(marker):
-            os.unlink(marker)
-    time.sleep(0.2)  # into the loop
+    msg_id = send_execute(kc, code)
+    wait_running(kc, msg_id, at=None if "\n" in code else code)
+    return msg_id
+
+
+def start_gil_holder(kc, code: str) -> str:
+    """Start a one-line cell calling a loop that holds the GIL and never checks; return once it is inside.
+
+    Nothing answers a status request then: the cell's wall budget arms the
+    kernel's dead man's switch, whose dump shows the cell in the call (the
+    kernel runs with on_runaway=warn, so the budget interrupts nothing).
+    """
+    dump_file = dump_file_of(kc)
+    msg_id = send_execute(kc, code, metadata={"cancelkernel": {"wall_budget": 0.2}})
+    wait_dumped_in_cell(dump_file, 1)
     return msg_id
 
 
@@ -124,9 +138,9 @@ def test_cancellable_sleep_is_stopped_by_an_interrupt_request(mode, example_dir)
 @pytest.mark.parametrize("mode", MODES)
 def test_loop_without_a_cancel_point_is_not_stopped(mode, example_dir):
     # Documented limit: nothing inside the process can stop a GIL-held loop that never checks.
-    with running_kernel(mode) as (km, kc):
+    with running_kernel(mode, extra_arguments=["--CancelKernel.on_runaway=warn"]) as (km, kc):
         assert execute(kc, setup_cell(example_dir))["content"]["status"] == "ok"
-        msg_id = start(kc, f"montecarlo.pi_nocheck({FOREVER})")
+        msg_id = start_gil_holder(kc, f"montecarlo.pi_nocheck({FOREVER})")
         # Both kinds of interrupt; the control thread is starved, so do not wait for its reply.
         kc.control_channel.send(kc.session.msg("interrupt_request", {}))
         km.signal_kernel(signal.SIGINT)
@@ -188,8 +202,7 @@ def test_a_cell_replacing_the_sigint_handler_does_not_break_it(example_dir):
 def test_an_idle_sigint_does_not_cancel_the_next_cell(mode, example_dir):
     with running_kernel(mode) as (km, kc):
         assert execute(kc, setup_cell(example_dir))["content"]["status"] == "ok"
-        km.signal_kernel(signal.SIGINT)
-        time.sleep(0.3)
+        signal_handled(km, kc)  # handled while idle, before the next cell is sent
         reply = execute(kc, "assert not cancelkernel.cancel_requested()\nmontecarlo.pi_gil(10**6)")
         assert reply["content"]["status"] == "ok", reply["content"]
 

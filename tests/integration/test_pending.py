@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import pytest
 
-from cancelkernel.testing import MODES, control_request, execute, running_kernel, send_execute, wait_reply
+from cancelkernel.testing import MODES, FileFlag, control_request, execute, running_kernel, send_execute, wait_reply, wait_running
 
 
 @pytest.fixture(params=MODES)
@@ -21,12 +20,14 @@ def value(kc, expression: str) -> str:
 
 
 def test_a_queued_cell_named_by_an_interrupt_never_runs(kc) -> None:
-    first = send_execute(kc, "import time\ntime.sleep(1.0)\nfirst_ran = True")
+    gate = FileFlag("go")  # the first cell runs until the test lets it finish
+    first = send_execute(kc, f"{gate.wait_code}\nfirst_ran = True")
     queued = send_execute(kc, "queued_ran = True")
-    time.sleep(0.3)
+    wait_running(kc, first, at=gate.wait_code)  # the first cell runs: the second one waits in the queue
     reply = control_request(kc, "interrupt_request", {"target": queued})["content"]
     assert reply["status"] == "ok" and reply["interrupted"] is False and reply["pending"] is True
     assert reply["running"] == first  # the cell that runs now is left alone
+    gate.set()
     assert wait_reply(kc, first)["content"]["status"] == "ok"
     cancelled = wait_reply(kc, queued)
     meta = cancelled["metadata"]["cancelkernel"]

@@ -22,6 +22,7 @@ import pytest
 
 from cancelkernel.agent import AgentKernel, BadInputError, KernelStartError, RunawayCellError
 from cancelkernel.cli.agent_commands import exec_main, run_main
+from cancelkernel.testing import act_when
 from cancelkernel.testing.servers import Server, free_port, jupyter_server, kernel_gateway, server_through_gateway
 
 # websocket-client and jupyter_kernel_gateway come with the test extra: missing, these tests fail (never skip).
@@ -117,10 +118,14 @@ def test_adopting_a_running_kernel_leaves_it_running(server: Server) -> None:
 def test_a_deleted_kernel_is_died_promptly(server: Server) -> None:
     ak = remote_agent(server)
     try:
-        threading.Timer(0.5, lambda: server.request("DELETE", f"/api/kernels/{ak.link.kernel_id}")).start()
+        # Deleted once the cell's first output has arrived (it runs its own code), not after a guessed delay.
+        acted = act_when(
+            lambda: ak.running is not None and bool(ak.running.outputs),
+            lambda: server.request("DELETE", f"/api/kernels/{ak.link.kernel_id}"),
+        )
         started = time.monotonic()
-        result = ak.run("import time\ntime.sleep(60)", wall_budget=120)
-        assert result.status == "died" and time.monotonic() - started < 15
+        result = ak.run("import time\nprint('started', flush=True)\ntime.sleep(60)", wall_budget=120)
+        assert acted.wait(30) and result.status == "died" and time.monotonic() - started < 15
         assert "shut down" in (result.reason_text or "") or "no longer" in (result.reason_text or ""), result.reason_text
         assert ak.run("print('new kernel')").text == "new kernel\n"
     finally:
@@ -131,9 +136,10 @@ def test_a_dropped_websocket_loses_no_reply(server: Server) -> None:
     ak = remote_agent(server)
     try:
         transport = ak.link.transport
-        threading.Timer(0.4, lambda: transport._ws.sock.shutdown(socket.SHUT_RDWR)).start()
+        # Dropped once the cell's first output has arrived (it then sleeps 1.5 s before its last line).
+        acted = act_when(lambda: ak.running is not None and bool(ak.running.outputs), lambda: transport._ws.sock.shutdown(socket.SHUT_RDWR))
         result = ak.run("import time\nprint('before', flush=True)\ntime.sleep(1.5)\nprint('after')", wall_budget=20)
-        assert result.status == "ok" and result.text == "before\nafter\n", result.summary()
+        assert acted.wait(30) and result.status == "ok" and result.text == "before\nafter\n", result.summary()
         assert transport.reconnects >= 1
     finally:
         ak.close()
@@ -203,7 +209,8 @@ def test_the_command_line_through_the_server(server: Server, tmp_path: object, c
     for name in ("first", "second", "third"):
         done = nbformat.read(os.path.join(out, f"{name}.ipynb"), as_version=4)
         assert done.cells[2].outputs[0]["text"] == f"{name}\n"
-        records = [json.loads(line) for line in open(os.path.join(logs, f"{name}.jsonl"))]
+        with open(os.path.join(logs, f"{name}.jsonl")) as f:
+            records = [json.loads(line) for line in f]
         assert [r["action"] for r in records] == ["interrupt"]
     assert run_main([*sources, "--jobs", "0"]) == 2
     assert "--jobs must be 1 or more" in capsys.readouterr().err

@@ -18,7 +18,7 @@ import time
 import pytest
 
 from cancelkernel import protocol
-from cancelkernel.testing import MODES, control_request, interrupt, outputs, run_cell, running_kernel, send_execute, wait_reply
+from cancelkernel.testing import MODES, control_request, interrupt, outputs, run_cell, running_kernel, send_execute, wait_reply, wait_running
 
 GRACE = ["--CancelKernel.interrupt_grace=0.3"]
 # One elapsed time in a traceback, e.g. "1.01 s" (a budget like "of 0.5 s" is not an elapsed time).
@@ -55,10 +55,14 @@ def assert_is_a_quiet_note(note: dict) -> None:
     assert event_of(note)["event"] in protocol.SHOWN_EVENTS
 
 
-def run_interrupted(kc, code: str, after: float, km=None) -> tuple[dict, list[dict]]:
-    """Run `code`, interrupt it `after` s later (SIGINT as JupyterLab's toolbar with our kernelspec, or a message)."""
+def run_interrupted(kc, code: str, at: str, km=None) -> tuple[dict, list[dict]]:
+    """Run `code`, interrupt it once the kernel shows it at line `at` (SIGINT as JupyterLab's toolbar with our kernelspec, or a message)."""
     msg_id = send_execute(kc, code)
-    time.sleep(after)
+    wait_running(kc, msg_id, at=at)
+    return interrupt_and_collect(kc, msg_id, km)
+
+
+def interrupt_and_collect(kc, msg_id: str, km=None) -> tuple[dict, list[dict]]:
     if km is not None:
         km.interrupt_kernel()
     else:
@@ -72,7 +76,9 @@ def test_reports_belong_to_their_own_execution(k) -> None:
     mode, km, kc = k
     dump_file = control_request(kc, "kernel_info_request")["content"][protocol.KEY]["dump_file"]
     for i in range(30):
-        reply, found = run_interrupted(kc, "import time\ntime.sleep(0.01)", 0.008 + (i % 5) * 0.001)
+        msg_id = send_execute(kc, "import time\ntime.sleep(0.01)")
+        time.sleep(0.008 + (i % 5) * 0.001)  # on purpose a moment near the cell's end: the race is the test
+        reply, found = interrupt_and_collect(kc, msg_id)
         count = reply["content"]["execution_count"]
         assert not notes(found), notes(found)  # an interrupt alone is no note
         for error in errors(found):
@@ -83,7 +89,7 @@ def test_reports_belong_to_their_own_execution(k) -> None:
     deadline = time.monotonic() + 10
     while os.path.getsize(dump_file) == 0 and time.monotonic() < deadline:
         time.sleep(0.05)
-    reply, found = run_interrupted(kc, "x = 0\nwhile True:\n    x += 1", 0.3)
+    reply, found = run_interrupted(kc, "x = 0\nwhile True:\n    x += 1", at="while True:")
     meta = reply["metadata"][protocol.KEY]
     count = reply["content"]["execution_count"]
     assert meta["interrupted"] and [e["ename"] for e in errors(found)] == ["KeyboardInterrupt"]
@@ -95,7 +101,7 @@ def test_reports_belong_to_their_own_execution(k) -> None:
 
 def test_a_manual_interrupt_shows_only_its_traceback(k) -> None:
     mode, km, kc = k
-    reply, found = run_interrupted(kc, "import time\ntime.sleep(30)", 0.3, km=km)
+    reply, found = run_interrupted(kc, "import time\ntime.sleep(30)", at="time.sleep(30)", km=km)
     assert [m["msg_type"] for m in found if m["msg_type"] not in ("execute_input", "status")] == ["error"]
     text = plain(errors(found)[0]["traceback"])
     assert "KeyboardInterrupt" in text and "time.sleep(30)" in text and "SIGINT" in text
@@ -125,7 +131,7 @@ def test_a_budget_trip_is_one_note_before_the_traceback(k, budget: str, loop: st
 def test_a_cell_that_catches_the_interrupt_is_told_so(k) -> None:
     mode, km, kc = k
     code = "import time\ntry:\n    time.sleep(30)\nexcept KeyboardInterrupt:\n    print('caught')\ntime.sleep(1.5)\n'done'"
-    reply, found = run_interrupted(kc, code, 0.3, km=km)
+    reply, found = run_interrupted(kc, code, at="time.sleep(30)", km=km)
     assert reply["content"]["status"] == "ok" and not errors(found)
     assert len(notes(found)) == 1, [n["data"]["text/plain"] for n in notes(found)]
     note = notes(found)[0]
@@ -159,15 +165,16 @@ def test_a_gil_held_call_is_said_once_where_it_is_true(k) -> None:
 
 def test_an_abandoned_worker_is_one_note_then_the_traceback() -> None:
     with running_kernel("worker", extra_arguments=GRACE) as (km, kc):
-        reply, found = run_interrupted(kc, "import threading\nthreading.Event().wait()", 0.3, km=km)
+        # A lock acquired twice: blocked in C (Event.wait is cooperative on the exec thread, not abandoned).
+        reply, found = run_interrupted(kc, "import threading\nlk = threading.Lock(); lk.acquire()\nlk.acquire()", at="lk.acquire()", km=km)
         shown = [m["msg_type"] for m in found if m["msg_type"] in ("display_data", "error")]
         assert shown == ["display_data", "error"], shown
         note = notes(found)[0]
         assert_is_a_quiet_note(note)
         assert event_of(note)["event"] == protocol.EVENT_ABANDONED
-        assert "abandoned" in note["data"]["text/plain"] and "threading.Event().wait()" in note["data"]["text/plain"]
+        assert "abandoned" in note["data"]["text/plain"] and "line 3 (lk.acquire())" in note["data"]["text/plain"], note["data"]["text/plain"]
         text = plain(errors(found)[0]["traceback"])
-        assert "abandoned" in text and "threading.Event().wait()" in text and len(ELAPSED.findall(text)) == 1, text
+        assert "abandoned" in text and "lk.acquire()" in text and len(ELAPSED.findall(text)) == 1, text
         assert run_cell(kc, "print('next')")[0]["content"]["status"] == "ok"
 
 
@@ -184,9 +191,9 @@ def test_a_refused_cell_takes_its_execution_count_as_stock_does() -> None:
 def test_an_idle_kernel_does_not_wake_up(k) -> None:
     """No thread of an idle kernel (after cells and interrupts) runs a polling loop."""
     mode, km, kc = k
-    run_interrupted(kc, "import time\ntime.sleep(30)", 0.2)
+    run_interrupted(kc, "import time\ntime.sleep(30)", at="time.sleep(30)")
     pid = km.provisioner.pid  # type: ignore[union-attr]
-    time.sleep(0.5)
+    assert control_request(kc, protocol.CANCEL_STATUS_REQUEST)["content"]["executions"] == []  # idle, by its own account
 
     def switches() -> dict[str, int]:
         found = {}

@@ -20,10 +20,15 @@ while True: pass           SIGINT -> KeyboardInterrupt at   async exception (PyT
 time.sleep(10**6)          SIGINT breaks the sleep          the kernel's cooperative time.sleep on the exec
                                                             worker: the interrupt wakes it, the async
                                                             exception fires
-threading.Event().wait()   SIGINT breaks the wait           blocked in C: worker ABANDONED after the grace,
+threading.Event().wait()   SIGINT breaks the wait           the kernel's cooperative Condition.wait (5 ms
+                                                            slices): the async exception lands between two
+                                                            slices; no abandonment
+queue.Queue().get()        SIGINT                           cooperative Condition.wait, as Event.wait
+Pool.map (fork, sleeping   SIGINT; the with block           cooperative Condition.wait under the map: the
+workers)                   terminates the pool; no worker   async exception lands, the with block
+                           left behind                      terminates the pool; no worker left behind
+lock acquired twice        SIGINT                           blocked in C: worker ABANDONED after the grace,
                                                             replaced; reply metadata.abandoned_thread
-lock acquired twice        SIGINT                           ABANDONED after the grace
-queue.Queue().get()        SIGINT                           ABANDONED after the grace
 recv on a silent socket    SIGINT (EINTR, handler raises)   ABANDONED after the grace
 os.read on an empty pipe   SIGINT                           ABANDONED after the grace
 subprocess.run(sleep)      SIGINT to the kernel and to its  SIGINT to the child processes: `sleep` dies,
@@ -32,7 +37,8 @@ subprocess.run(sleep)      SIGINT to the kernel and to its  SIGINT to the child 
 input() (no answer)        SIGINT in ipykernel's input      async exception in ipykernel's input polling
                            polling loop                     loop
 await asyncio.sleep(1e6)   task cancel -> CancelledError    task cancel on the worker's loop -> CancelledError
-thread.join() forever      SIGINT                           ABANDONED after the grace
+thread.join() forever      SIGINT                           ABANDONED after the grace (the join blocks in
+                                                            the C acquire of the thread's state lock)
 regex backtracking         one interrupt_request stops it:  NOT stoppable at all: the worker holds the GIL
                            the Control thread starves (no   in one C call; the control thread cannot even
                            GIL); the kernel's native GIL-   answer; SIGINT does not help (only the main
@@ -48,6 +54,15 @@ sum(range(10**12))         NOT stoppable: one C call holds  NOT stoppable (same)
                            heartbeat (a C zmq device) keeps
                            answering; kill the kernel
 =========================  ===============================  ==============================================
+
+No test guesses how long a cell needs to get into its runaway call: each
+waits on the kernel's state (`cancelkernel.testing.waiting`).  A cell that
+answers status requests is interrupted once its innermost frame is at the
+runaway line (and, for a blocking call made in Python code, once the thread's
+innermost frame is at that call); a top-level await once its loop is back in
+its selector after the line before the await; a GIL-holding call once the
+kernel's own stack dump (its dead man's switch, armed by a wall budget) shows
+the cell in it.
 """
 
 from __future__ import annotations
@@ -56,67 +71,111 @@ import contextlib
 import os
 import queue
 import signal
-import tempfile
 import time
+import typing as t
 
 import pytest
 
-from cancelkernel.testing import MODES, drain, execute, interrupt, running_kernel, wait_reply
+from cancelkernel.testing import (
+    MODES,
+    FileFlag,
+    drain,
+    dump_file_of,
+    execute,
+    interrupt,
+    running_kernel,
+    send_execute,
+    wait_awaiting,
+    wait_dumped_in_cell,
+    wait_for,
+    wait_reply,
+    wait_running,
+)
 
 GRACE = 0.3
 GRACE_ARGS = [f"--CancelKernel.interrupt_grace={GRACE}"]
+# For GIL-holding cells: their wall budget only arms the kernel's stack dump, it must not interrupt them.
+WARN_ARGS = [*GRACE_ARGS, "--CancelKernel.on_runaway=warn"]
+DUMP_BUDGET = {"cancelkernel": {"wall_budget": 0.2}}
 # Generous: only there so that a broken kernel cannot hang the suite.
 STOP_TIMEOUT = 20.0
 
-SETUP = "import asyncio, os, queue, re, socket, subprocess, threading, time"
+SETUP = "import asyncio, multiprocessing, os, queue, re, socket, subprocess, threading, time"
 
-# name -> (setup lines, the runaway line, expected ename, abandoned in worker mode)
-RUNAWAYS: dict[str, tuple[str, str, str, bool]] = {
-    "busy_loop": ("", "while True: pass", "KeyboardInterrupt", False),
-    "sleep": ("", "time.sleep(10**6)", "KeyboardInterrupt", False),
-    "event_wait": ("", "threading.Event().wait()", "KeyboardInterrupt", True),
-    "lock_twice": ("lk = threading.Lock()\nlk.acquire()", "lk.acquire()", "KeyboardInterrupt", True),
-    "queue_get": ("", "queue.Queue().get()", "KeyboardInterrupt", True),
-    "socket_recv": ("sa, sb = socket.socketpair()", "sa.recv(1)", "KeyboardInterrupt", True),
-    "pipe_read": ("pr, pw = os.pipe()", "os.read(pr, 1)", "KeyboardInterrupt", True),
-    "subprocess": ("", "subprocess.run(['sleep', '1000'])", "KeyboardInterrupt", False),
-    "input": ("", "input()", "KeyboardInterrupt", False),
-    "await_sleep": ("", "await asyncio.sleep(10**6)", "CancelledError", False),
-    "join_forever": (
-        "th = threading.Thread(target=threading.Event().wait, daemon=True)\nth.start()",
-        "th.join()",
-        "KeyboardInterrupt",
-        True,
+
+class Runaway(t.NamedTuple):
+    setup: str  # lines before the runaway line
+    line: str  # the runaway line
+    ename: str  # what the interrupted cell reports
+    abandoned_in_worker: bool  # worker mode gives up on its exec thread (blocked in C past the grace)
+    innermost: str | None = None  # in the thread's innermost line once the call (made in Python code) blocks
+
+
+RUNAWAYS: dict[str, Runaway] = {
+    "busy_loop": Runaway("", "while True: pass", "KeyboardInterrupt", False),
+    "sleep": Runaway("", "time.sleep(10**6)", "KeyboardInterrupt", False),
+    "event_wait": Runaway("", "threading.Event().wait()", "KeyboardInterrupt", False, "acquire("),
+    # Two statements on the setup line: its text differs from the runaway line's.
+    "lock_twice": Runaway("lk = threading.Lock(); lk.acquire()", "lk.acquire()", "KeyboardInterrupt", True),
+    "queue_get": Runaway("", "queue.Queue().get()", "KeyboardInterrupt", False, "acquire("),
+    "socket_recv": Runaway("sa, sb = socket.socketpair()", "sa.recv(1)", "KeyboardInterrupt", True),
+    "pipe_read": Runaway("pr, pw = os.pipe()", "os.read(pr, 1)", "KeyboardInterrupt", True),
+    "subprocess": Runaway("", "subprocess.run(['sleep', '1000'])", "KeyboardInterrupt", False, "waitpid("),
+    "input": Runaway("", "input()", "KeyboardInterrupt", False),
+    "await_sleep": Runaway("", "await asyncio.sleep(10**6)", "CancelledError", False),
+    "join_forever": Runaway(
+        "th = threading.Thread(target=threading.Event().wait, daemon=True)\nth.start()", "th.join()", "KeyboardInterrupt", True, "acquire("
     ),
 }
 
-_MARKERS = tempfile.mkdtemp(prefix="cancelkernel-runaway-")
-
-REGEX = "re.match(r'(a+)+$', 'a' * 40 + 'b')"
-GIL_CALL = "sum(range(10**12))"
+# Arguments prepared on the line before, so that "at the runaway line" means "inside the one C call".
+REGEX_SETUP = "pat = re.compile(r'(a+)+$'); s = 'a' * 40 + 'b'"
+REGEX = "pat.match(s)"
+GIL_SETUP = "r = range(10**12)"
+GIL_CALL = "sum(r)"
 
 
 # -- helpers -----------------------------------------------------------------
 
 
-def start_runaway(kc, setup: str, runaway: str, **kwargs) -> tuple[str, str, int]:
-    """Start a runaway cell; return (msg_id, code, line of the runaway) once it is blocked in it.
+def start_runaway(kc, setup: str, runaway: str, *, innermost: str | None = None, allow_stdin: bool = False) -> tuple[str, str, int]:
+    """Start a runaway cell; return (msg_id, code, line of the runaway) once the kernel shows it in that line.
 
-    The cell creates a marker file right before the runaway line (a file, not
-    a print: output of a cell that then holds the GIL never leaves the kernel).
+    `innermost`: text of the thread's innermost line once the runaway's call,
+    made in Python code, blocks (e.g. "acquire(" under a join).  A top-level
+    await is suspended on no thread's stack: the cell sets a marker right
+    before it, then its loop back in the selector means it waits in the await.
     """
-    marker = os.path.join(_MARKERS, f"started-{time.monotonic_ns()}")
+    assert "\n" not in runaway, "the runaway is one line"
     lines = [line for line in setup.splitlines() if line]
-    lines.append(f"open({marker!r}, 'w').close()")
+    marker = FileFlag("awaiting") if runaway.startswith("await ") else None
+    if marker is not None:
+        lines.append(marker.set_code)
     lines.append(runaway)
     code = "\n".join(lines)
-    # stop_on_error=False: ipykernel 7.4 may abort a request sent right after an
-    # error reply (a race of its own, see test_interrupts.py); not what this tests.
-    msg_id = kc.execute(code, stop_on_error=False, **kwargs)
-    if not wait_until(lambda: os.path.exists(marker), STOP_TIMEOUT):
-        raise TimeoutError(f"cell {msg_id} did not reach its runaway line within {STOP_TIMEOUT} s")
-    time.sleep(0.3)  # let it get from the marker into the blocking call
+    # stop_on_error=False (send_execute's default): ipykernel 7.4 may abort a request sent right
+    # after an error reply (a race of its own, see test_interrupts.py); not what this tests.
+    msg_id = send_execute(kc, code, allow_stdin=allow_stdin)
+    if marker is not None:
+        marker.wait(STOP_TIMEOUT)
+        wait_awaiting(kc, msg_id, timeout=STOP_TIMEOUT)
+    else:
+        wait_running(kc, msg_id, at=runaway, innermost=innermost, timeout=STOP_TIMEOUT)
     return msg_id, code, len(lines)
+
+
+def start_gil_holder(kc, setup: str, call: str) -> str:
+    """Start a cell whose last line is one C call that holds the GIL; return its msg_id once it is inside.
+
+    Nothing answers a status request then: the cell's wall budget arms the
+    kernel's dead man's switch, and its dump shows the cell at the call's line
+    (the kernel must run with on_runaway=warn so the budget interrupts nothing).
+    """
+    dump_file = dump_file_of(kc)
+    lines = [line for line in setup.splitlines() if line] + [call]
+    msg_id = send_execute(kc, "\n".join(lines), metadata=DUMP_BUDGET)
+    wait_dumped_in_cell(dump_file, len(lines), timeout=STOP_TIMEOUT)
+    return msg_id
 
 
 def user_expr(kc, expr: str) -> str:
@@ -238,13 +297,15 @@ def test_runaway_stopped_by_one_interrupt(pool, mode: str, case: str) -> None:
     How each mode stops each case: see the table in the module docstring.
     """
     km, kc = pool.get(mode)
-    setup, runaway, ename, abandons_in_worker = RUNAWAYS[case]
+    setup, runaway, ename, abandons_in_worker, innermost = RUNAWAYS[case]
     var, value = f"before_{case}", f"kept-{case}-{time.monotonic_ns()}"
     assert execute(kc, f"{var} = {value!r}")["content"]["status"] == "ok"
 
-    msg_id, _code, line = start_runaway(kc, setup, runaway, allow_stdin=(case == "input"))
+    msg_id, _code, line = start_runaway(kc, setup, runaway, innermost=innermost, allow_stdin=(case == "input"))
     if case == "subprocess":
         assert wait_until(lambda: child_processes(kernel_pid(km), "sleep"), 10), "the cell's `sleep` child never started"
+    if case == "input":  # the kernel has asked for the answer: the cell waits in ipykernel's polling loop
+        wait_for(kc.stdin_channel, lambda m: m["msg_type"] == "input_request" and m["parent_header"].get("msg_id") == msg_id, STOP_TIMEOUT)
 
     reply_to_interrupt = interrupt(kc, msg_id)
     assert reply_to_interrupt["status"] == "ok", reply_to_interrupt
@@ -281,6 +342,60 @@ def test_runaway_stopped_by_one_interrupt(pool, mode: str, case: str) -> None:
     assert line_at(kc, meta["stopped_at"]) == runaway, (meta["stopped_at"], line)
 
 
+def children_of(pid: int) -> set[int]:
+    """Child processes of `pid` (zombies included: a child nobody reaped is left behind too)."""
+    found: set[int] = set()
+    with contextlib.suppress(OSError):
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{tid}/children") as f:
+                found.update(int(c) for c in f.read().split())
+    return found
+
+
+def cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+NAP = "def nap(s):\n    __import__('time').sleep(s)"
+# The map on a line of its own: "at that line" means the pool is built and its workers started.
+POOL = "with multiprocessing.get_context('fork').Pool(2) as p:"
+POOL_MAP = "    p.map(nap, [1000] * 4)"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_pool_map_is_stopped_by_one_interrupt_and_leaves_no_worker(pool, mode: str) -> None:
+    """`Pool.map` over sleeping workers: ONE interrupt stops it (KeyboardInterrupt), no abandonment, no worker left.
+
+    Worker mode: the map waits in a Condition.wait, cooperative on the exec
+    thread, so the interrupt lands at once; the with block then terminates the
+    pool.  Main mode: SIGINT, as stock.  The multiprocessing resource_tracker
+    may stay (as on stock): it is not a pool worker.
+    """
+    km, kc = pool.get(mode)
+    pid = kernel_pid(km)
+    before = children_of(pid)
+    assert execute(kc, NAP)["content"]["status"] == "ok"
+    msg_id, _code, _line = start_runaway(kc, POOL, POOL_MAP, innermost="acquire(")
+    workers = children_of(pid) - before
+    assert len(workers) >= 2, f"no pool workers among the kernel's children: {[cmdline(c) for c in children_of(pid)]}"
+
+    assert interrupt(kc, msg_id)["interrupted"] is True
+    reply = wait_reply(kc, msg_id, timeout=STOP_TIMEOUT)
+    assert reply["content"]["ename"] == "KeyboardInterrupt", reply["content"]
+    meta = reply["metadata"]["cancelkernel"]
+    assert meta["interrupted"] is True and meta["reason"] == "request" and meta["abandoned_thread"] is None, meta
+
+    def left() -> list[str]:
+        return [f"{c}: {cmdline(c)}" for c in children_of(pid) - before if "resource_tracker" not in cmdline(c)]
+
+    assert wait_until(lambda: not left(), STOP_TIMEOUT), f"pool workers left behind: {left()}"
+    assert execute(kc, "1")["content"]["status"] == "ok"
+
+
 # -- regex backtracking: holds the GIL inside _sre ---------------------------------
 
 
@@ -296,7 +411,8 @@ def test_regex_main_mode_stopped_by_one_interrupt_request() -> None:
     """
     with running_kernel("main", extra_arguments=GRACE_ARGS) as (km, kc):
         assert execute(kc, SETUP + "\nbefore_regex = 42")["content"]["status"] == "ok"
-        msg_id, _code, _line = start_runaway(kc, "", REGEX)
+        # Status requests are answered too (slowly): the GIL yield hands the GIL over for each.
+        msg_id, _code, _line = start_runaway(kc, REGEX_SETUP, REGEX)
         interrupt_id = send_interrupt(kc, msg_id)
         answered = not no_reply_within(kc.control_channel, interrupt_id, 5.0)
         assert answered, (
@@ -318,7 +434,7 @@ def test_regex_main_mode_sigint_stops_it() -> None:
     """
     with running_kernel("main", extra_arguments=GRACE_ARGS) as (km, kc):
         assert execute(kc, SETUP + "\nbefore_regex = 42")["content"]["status"] == "ok"
-        msg_id, _code, _line = start_runaway(kc, "", REGEX)
+        msg_id, _code, _line = start_runaway(kc, REGEX_SETUP, REGEX)
         km.signal_kernel(signal.SIGINT)
         reply = wait_reply(kc, msg_id, timeout=STOP_TIMEOUT)
         content, meta = reply["content"], reply["metadata"]["cancelkernel"]
@@ -337,9 +453,9 @@ def test_regex_worker_mode_cannot_be_stopped() -> None:
     execute_reply comes.  The heartbeat (a C zmq device) keeps answering.  The
     only way out is to kill the kernel (escalation is the watchdog/client's job).
     """
-    with running_kernel("worker", extra_arguments=GRACE_ARGS) as (km, kc):
+    with running_kernel("worker", extra_arguments=WARN_ARGS) as (km, kc):
         assert execute(kc, SETUP)["content"]["status"] == "ok"
-        msg_id, _code, _line = start_runaway(kc, "", REGEX)
+        msg_id = start_gil_holder(kc, REGEX_SETUP, REGEX)
         interrupt_id = send_interrupt(kc, msg_id)
         assert no_reply_within(kc.control_channel, interrupt_id, 3.0), "the kernel answered while the GIL was held?"
         assert km.is_alive()
@@ -356,16 +472,16 @@ def test_regex_worker_mode_cannot_be_stopped() -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_gil_holding_call_cannot_be_stopped(mode: str) -> None:
-    """`sum(range(10**12))` holds the GIL in one C call and checks no signals: nothing stops it.
+    """`sum(r)` over `range(10**12)` holds the GIL in one C call and checks no signals: nothing stops it.
 
     Behaviour (both modes): the interrupt_request is not even answered (the
     Control thread needs the GIL), no execute_reply arrives, the process and
     its heartbeat stay alive (so "heartbeat alive" does not mean "responsive").
     The kernel is then killed.
     """
-    with running_kernel(mode, extra_arguments=GRACE_ARGS) as (km, kc):
+    with running_kernel(mode, extra_arguments=WARN_ARGS) as (km, kc):
         assert execute(kc, SETUP)["content"]["status"] == "ok"
-        msg_id, _code, _line = start_runaway(kc, "", GIL_CALL)
+        msg_id = start_gil_holder(kc, GIL_SETUP, GIL_CALL)
         interrupt_id = send_interrupt(kc, msg_id)
         assert no_reply_within(kc.shell_channel, msg_id, 3.0), "the GIL-holding call was stopped: update the docs"
         assert no_reply_within(kc.control_channel, interrupt_id, 0.5), "the Control thread answered while the GIL was held"

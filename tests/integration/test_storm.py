@@ -4,8 +4,8 @@ Stock ipykernel 7.4 loses the execute_reply of about a quarter of the cells in
 such a storm: its SIGINT lands in kernel code, and `dispatch_shell` swallows
 the KeyboardInterrupt without replying (docs/cancellation.md, "Stock ipykernel, the baseline").  Here a
 real kernel runs at least 500 short cells of random length (busy loops,
-sleeps, some printing, a few waits blocked in C for longer than the interrupt
-grace so worker mode has to abandon its exec thread), two in flight at a time, while
+sleeps, some printing, a few lock waits blocked in C for longer than the
+interrupt grace so worker mode has to abandon its exec thread), two in flight at a time, while
 `interrupt_request`s arrive at random moments:
 
 - a third targeted at executions that have already ended (their reply was
@@ -61,8 +61,11 @@ def _cell_code(i: int, rng: random.Random) -> tuple[str, bool]:
     elif kind < 0.97:
         work = f"time.sleep({rng.uniform(0.0, 0.02):.5f})"
     elif kind < 0.985:
-        # Blocked in C past the grace when interrupted: worker mode abandons the exec thread.
-        work = f"threading.Event().wait({rng.uniform(GRACE + 0.1, GRACE + 0.3):.3f})"
+        # Blocked in C past the grace when interrupted: worker mode abandons the exec thread.  A lock the
+        # cell holds itself, acquired again with a timeout (Event.wait would not do: it is cooperative on
+        # the exec thread); named per cell, so a cell in the subshell at the same time cannot take it.
+        lock = f"_storm_lock_{i}"
+        work = f"{lock} = threading.Lock(); {lock}.acquire(); {lock}.acquire(timeout={rng.uniform(GRACE + 0.1, GRACE + 0.3):.3f})"
     else:
         work = f"time.sleep({rng.uniform(GRACE + 0.1, GRACE + 0.3):.3f})"
     printing = rng.random() < 0.3

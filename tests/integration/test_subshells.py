@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from cancelkernel.testing import MODES, control_request, create_subshell, interrupt, running_kernel, send_execute, wait_reply
+from cancelkernel.testing import MODES, REPLY_TIMEOUT, control_request, create_subshell, interrupt, running_kernel, send_execute, wait_reply, wait_running
 
 GRACE = ["--CancelKernel.interrupt_grace=0.5"]
 
@@ -39,15 +39,11 @@ def status(kc) -> dict:
     return control_request(kc, "cancel_status_request")["content"]
 
 
-def running(kc, *msg_ids: str, timeout: float = 10.0) -> dict:
-    """Wait until every one of msg_ids runs; the status then."""
-    deadline = time.monotonic() + timeout
-    while True:
-        now = status(kc)
-        if set(msg_ids) <= {e["msg_id"] for e in now["executions"]}:
-            return now
-        assert time.monotonic() < deadline, f"not all running: {msg_ids}: {now['executions']}"
-        time.sleep(0.05)
+def running(kc, *msg_ids: str, at: str | None = None) -> dict:
+    """Wait until every one of msg_ids runs its own code (at line `at`, if given); the status then."""
+    for msg_id in msg_ids:
+        wait_running(kc, msg_id, at=at)
+    return status(kc)
 
 
 def value(kc, expression: str) -> str:
@@ -56,6 +52,8 @@ def value(kc, expression: str) -> str:
 
 
 LOOP = "n_{name} = 0\nwhile True:\n    n_{name} += 1"
+# Where a status sees a running LOOP: its back jump, on the `while` line, after the body ran (so n > 0).
+IN_LOOP = "while True:"
 
 
 @pytest.fixture(params=MODES)
@@ -68,20 +66,22 @@ def test_parent_and_subshell_cells_are_interrupted_one_by_one(kc) -> None:
     sub = create_subshell(kc)
     main = send(kc, LOOP.format(name="main"))
     other = send(kc, LOOP.format(name="sub"), sub)
-    now = running(kc, main, other)
-    time.sleep(0.2)  # both loops under way (an interrupt between two statements is raised at the next one)
+    now = running(kc, main, other, at=IN_LOOP)  # both loops under way
     shells = {e["msg_id"]: e["subshell_id"] for e in now["executions"]}
     assert shells == {main: None, other: sub}
     assert interrupt(kc, main) == {"status": "ok", "interrupted": True, "execution": main, "executions": [main]}
     assert replies(kc, [main])[main]["content"]["ename"] == "KeyboardInterrupt"
     assert [e["msg_id"] for e in status(kc)["executions"]] == [other]  # the subshell cell runs on
+    n_main = int(value(kc, "n_main"))  # the parent shell is free again: its loop ran, then stopped
+    assert n_main > 0
     hit = interrupt(kc, other)
     assert hit["interrupted"] and hit["execution"] == other
     reply = replies(kc, [other])[other]
     meta = reply["metadata"]["cancelkernel"]
     assert reply["content"]["ename"] == "KeyboardInterrupt" and meta["msg_id"] == other and meta["reason"] == "request"
     assert meta["stopped_at"] and meta["stack"]
-    assert int(value(kc, "n_sub")) > 0 and int(value(kc, "n_main")) >= 0  # the namespace is shared and kept
+    # The namespace is shared and kept: the subshell's loop counted, the parent's count is untouched by its interrupt.
+    assert int(value(kc, "n_sub")) > 0 and int(value(kc, "n_main")) == n_main
 
 
 def test_an_empty_interrupt_stops_every_shell(kc) -> None:
@@ -130,10 +130,10 @@ def test_each_cell_sees_only_its_own_cancel_point(kc) -> None:
     code = "import cancelkernel\nwhile not cancelkernel.cancel_requested():\n    pass\nseen_{name} = True"
     main = send(kc, code.format(name="main"))
     other = send(kc, code.format(name="sub"), sub)
-    running(kc, main, other)
+    running(kc, main, other, at="while not cancelkernel.cancel_requested():")
     control_request(kc, "interrupt_request", {"target": main})
     replies(kc, [main])
-    time.sleep(0.3)
+    time.sleep(0.3)  # a bound on a check that nothing happens: the subshell's loop must not end
     assert [e["msg_id"] for e in status(kc)["executions"]] == [other]  # the subshell's loop did not see main's cancel
     interrupt(kc, other)
     replies(kc, [other])
@@ -141,15 +141,20 @@ def test_each_cell_sees_only_its_own_cancel_point(kc) -> None:
 
 def test_a_subshell_cell_blocked_in_c_is_reported_unresponsive(kc) -> None:
     sub = create_subshell(kc)
-    blocked = send(kc, "import threading\nthreading.Event().wait(5)", sub)
-    running(kc, blocked)
+    assert execute_ok(kc, "import os\npr, pw = os.pipe()")
+    # A read of an empty pipe blocks in C (Event.wait would not: it is cooperative in a subshell) until the test writes.
+    blocked = send(kc, "os.read(pr, 1)", sub)
+    running(kc, blocked, at="os.read(pr, 1)")
     assert interrupt(kc, blocked)["interrupted"]
-    deadline = time.monotonic() + 4.0  # the grace is 0.5 s; the wait ends after 5 s
+    deadline = time.monotonic() + REPLY_TIMEOUT  # the grace is 0.5 s; only a hang guard
     while (states := {e["msg_id"]: e["state"] for e in status(kc)["executions"]}) != {blocked: "unresponsive-to-interrupt"}:
         assert time.monotonic() < deadline and blocked in states, states
         time.sleep(0.05)
     assert status(kc)["abandoned_threads"] == []  # a subshell thread is never abandoned
-    reply = replies(kc, [blocked])[blocked]  # Event.wait returns; the interrupt then lands
+    write = send(kc, "os.write(pw, b'x')")  # from the parent shell: the read returns; the interrupt then lands
+    got = replies(kc, [write, blocked])
+    assert got[write]["content"]["status"] == "ok", got[write]["content"]
+    reply = got[blocked]
     assert reply["content"]["ename"] == "KeyboardInterrupt" and reply["metadata"]["cancelkernel"]["unresponsive"] is True
 
 

@@ -4,7 +4,18 @@ from __future__ import annotations
 
 import time
 
-from cancelkernel.testing import control_request, execute, interrupt, running_kernel, send_execute, wait_reply
+from cancelkernel import protocol
+from cancelkernel.testing import (
+    REPLY_TIMEOUT,
+    control_request,
+    execute,
+    interrupt,
+    running_kernel,
+    send_execute,
+    wait_no_abandoned_threads,
+    wait_reply,
+    wait_running,
+)
 
 GRACE = ["--CancelKernel.interrupt_grace=0.5"]
 
@@ -15,6 +26,17 @@ def value(kc, expression: str) -> str:
 
 def status(kc) -> dict:
     return control_request(kc, "cancel_status_request")["content"]
+
+
+def wait_state(kc, msg_id: str, state: str, timeout: float = REPLY_TIMEOUT) -> dict:
+    """The status once the execution `msg_id` is in `state` (polled: the kernel decides after the grace)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        now = status(kc)
+        if now["execution"] and now["execution"]["msg_id"] == msg_id and now["execution"]["state"] == state:
+            return now
+        assert time.monotonic() < deadline, f"{msg_id} never {state}: {now['execution']}"
+        time.sleep(0.02)
 
 
 SWALLOWING_SLEEPER = """counter = [0]
@@ -31,18 +53,18 @@ def test_a_cell_that_swallows_interrupts_around_sleep_is_unresponsive_not_abando
     with running_kernel("worker", extra_arguments=GRACE) as (km, kc):
         execute(kc, "import time")
         cell = send_execute(kc, SWALLOWING_SLEEPER)
-        time.sleep(0.3)
+        wait_running(kc, cell, at="time.sleep(0.05)")  # inside the try
         assert interrupt(kc, cell)["interrupted"]
-        time.sleep(1.2)  # past the grace
-        now = status(kc)
-        assert now["execution"]["msg_id"] == cell and now["execution"]["state"] == "unresponsive-to-interrupt"
+        now = wait_state(kc, cell, protocol.STATE_UNRESPONSIVE)  # past the grace, the kernel has decided
         assert now["abandoned_threads"] == []  # it runs Python code: not ours to replace, the client escalates
+        assert [e["msg_id"] for e in status(kc)["executions"]] == [cell] and status(kc)["abandoned_threads"] == []
         km.restart_kernel(now=True)  # what the agent client does next
 
 
+# Blocked in C (a read of an empty pipe) until the test writes to the pipe; then back in the cell's Python code.
 RETURNS_TO_PYTHON = """counter = [0]
 try:
-    threading.Event().wait(2.0)
+    os.read(pr, 1)
 except BaseException:
     pass
 while True:
@@ -56,20 +78,16 @@ while True:
 
 def test_an_abandoned_thread_that_gets_back_to_python_is_stopped_there() -> None:
     with running_kernel("worker", extra_arguments=GRACE) as (_, kc):
-        execute(kc, "import threading, time")
+        execute(kc, "import os, threading, time\npr, pw = os.pipe()")
         cell = send_execute(kc, RETURNS_TO_PYTHON)
-        time.sleep(0.3)
+        wait_running(kc, cell, at="os.read(pr, 1)")
         interrupt(kc, cell)
         reply = wait_reply(kc, cell)  # blocked in C past the grace: abandoned and replaced
         assert reply["metadata"]["cancelkernel"]["abandoned_thread"]
         listed = status(kc)["abandoned_threads"]
         assert [t["name"] for t in listed] == [reply["metadata"]["cancelkernel"]["abandoned_thread"]]
-        assert listed[0]["since"] > 0 and "wait" in listed[0]["blocked_at"]
-        time.sleep(2.5)  # the wait returns: the thread is back in the cell's Python code
-        first = int(value(kc, "counter[0]"))
-        time.sleep(0.5)
-        assert int(value(kc, "counter[0]")) == first == 0  # it never ran the loop: stopped at once
-        deadline = time.monotonic() + 10
-        while status(kc)["abandoned_threads"] and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert status(kc)["abandoned_threads"] == []  # and it exited
+        assert listed[0]["since"] > 0 and listed[0]["blocked_at"].endswith(":3 in <module>"), listed  # at the read
+        # The read returns: the thread is back in the cell's Python code, where it must be stopped at once.
+        assert execute(kc, "os.write(pw, b'x')")["content"]["status"] == "ok"
+        wait_no_abandoned_threads(kc)  # it unwound and exited (had it run the loop, it would never end)
+        assert int(value(kc, "counter[0]")) == 0  # it never ran the loop: stopped at once
