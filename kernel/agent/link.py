@@ -23,6 +23,9 @@ from .lifecycle.local import new_kernel_pid
 from .transport import Transport
 from .transport.waker import Waker
 
+# Launches of one kernel when another process takes a port it was given (protocol.EXIT_PORT_IN_USE).
+START_ATTEMPTS = 3
+
 # How long an interrupt_request may go unanswered before the kernel counts as
 # wedged (GIL held) and a local kernel gets SIGINT instead.
 CONTROL_ANSWER = 0.2
@@ -130,12 +133,17 @@ class KernelLink:
     # -- start --
 
     def start(self) -> None:
-        try:
-            self.transport = self.lifecycle.start()
-            self.wait_ready(self.start_timeout)
-        except BaseException:
-            self.shutdown()
-            raise
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                self.transport = self.lifecycle.start()
+                self.wait_ready(self.start_timeout)
+                return
+            except BaseException as exc:
+                # Only a port clash is worth another try: the next launch chooses new ports.
+                clash = isinstance(exc, KernelStartError) and self.lifecycle.exit_code() == protocol.EXIT_PORT_IN_USE
+                self.shutdown()
+                if not clash or attempt == START_ATTEMPTS:
+                    raise
 
     def _transport(self) -> Transport:
         if self.transport is None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import signal
 
+from .. import protocol
+
 
 def process_running(pid: int) -> bool:
     """The process exists and is not a zombie (a dead child nobody reaped yet)."""
@@ -44,4 +46,6 @@ def describe_exit(code: int | None) -> str:
             "SIGABRT": ": aborted by native code",
         }.get(name, "")
         return f" (killed by {name}{hint})"
+    if code == protocol.EXIT_PORT_IN_USE:
+        return f" (exit code {code}: another process took a port it was given; start it again)"
     return f" (exit code {code})"

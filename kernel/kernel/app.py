@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import errno
+import sys
+
+import zmq
 from ipykernel.kernelapp import IPKernelApp
 from traitlets import Type, default
 
+from .. import protocol
 from ..checkpoint.settings import CheckpointSettings
 from .ipkernel import CancelKernel
 from .shell import CancelShell
@@ -24,6 +29,19 @@ class CancelKernelApp(IPKernelApp):
     @default("outstream_class")
     def _default_outstream_class(self) -> str:
         return "cancelkernel.kernel.streams.CancelOutStream"
+
+    def init_sockets(self) -> None:
+        """Stock's, but a port taken by another process exits with EXIT_PORT_IN_USE: the launcher may retry."""
+        try:
+            super().init_sockets()
+        except zmq.ZMQError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            self.log.critical(
+                "cancelkernel: %s. Another process took a port of the connection file after the launcher chose it "
+                "(jupyter_client #487); start the kernel again with new ports.", exc,
+            )
+            sys.exit(protocol.EXIT_PORT_IN_USE)
 
     def init_signal(self) -> None:
         """Stock ignores SIGINT here; the kernel installs its own handler instead (upstream.py lists this override)."""

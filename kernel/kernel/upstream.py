@@ -33,6 +33,7 @@ REVIEWED: dict[str, dict[str, str]] = {
     "ipykernel.kernelbase:Kernel.pre_handler_hook": {"7.4.0": "b398c28ca5a83779"},  # replaced: SIGINT stays ours
     "ipykernel.kernelbase:Kernel.post_handler_hook": {"7.4.0": "074f5f5a14014b68"},  # replaced: SIGINT re-installed
     "ipykernel.kernelapp:IPKernelApp.init_signal": {"7.4.0": "94108b7972a28c74"},  # replaced: SIGINT not ignored
+    "ipykernel.kernelapp:IPKernelApp._bind_socket": {"7.4.0": "e9075e81de4e01e8"},  # one bind of a given port: CancelKernelApp.init_sockets
     "ipykernel.kernelbase:Kernel.shell_channel_thread_main": {"7.4.0": "cb7451df829a0f42"},  # wrapped: note_received
     "ipykernel.kernelbase:Kernel._publish_status": {"7.4.0": "415eebd1179c705c"},  # wrapped: parent_type
     "ipykernel.kernelbase:Kernel.delete_subshell_request": {"7.4.0": "30b166ac9414ff0b"},  # wrapped: cell stopped first

@@ -17,6 +17,8 @@ one object for as long as the kernel lives.
 
 from __future__ import annotations
 
+import _thread
+import contextlib
 import functools
 import threading
 import time
@@ -27,6 +29,7 @@ from .core import CancellationCore
 
 _real_sleep = time.sleep
 _real_condition_wait = threading.Condition.wait
+_allocate_lock = _thread.allocate_lock
 
 # The longest single wait of the sleep, so a lost wake-up costs an hour at most, never forever.
 MAX_WAIT = 3600.0
@@ -78,17 +81,36 @@ class CooperativeWaits:
 
         @functools.wraps(_real_condition_wait)
         def wait(self: threading.Condition, timeout: float | None = None) -> bool:
+            """The stdlib's Condition.wait (3.11-3.13), its waiter lock taken in slices instead of one blocking call.
+
+            Slicing calls of the original instead would lose wake-ups: a notify landing
+            as one slice times out is consumed, yet that call says "timed out", and the
+            next slice waits for a notify that never comes (Event.wait() hung forever).
+            """
             __tracebackhide__ = True
             if window_waker() is None or (timeout is not None and not timeout > 0):
                 return _real_condition_wait(self, timeout)
-            deadline = None if timeout is None else time.monotonic() + timeout
-            while True:
-                step = WAIT_SLICE if deadline is None else min(WAIT_SLICE, deadline - time.monotonic())
-                if step <= 0:
-                    return False
-                # Between two slices the thread runs Python: a delivered interrupt fires here, the lock re-acquired.
-                if _real_condition_wait(self, step):
-                    return True
+            if not self._is_owned():  # type: ignore[attr-defined]
+                raise RuntimeError("cannot wait on un-acquired lock")
+            waiter = _allocate_lock()
+            waiter.acquire()
+            self._waiters.append(waiter)  # type: ignore[attr-defined]
+            saved_state = self._release_save()  # type: ignore[attr-defined]
+            gotit = False
+            try:
+                deadline = None if timeout is None else time.monotonic() + timeout
+                while not gotit:
+                    step = WAIT_SLICE if deadline is None else min(WAIT_SLICE, deadline - time.monotonic())
+                    if step <= 0:
+                        break
+                    # Between two slices the thread runs Python: a delivered interrupt fires here.
+                    gotit = waiter.acquire(True, step)
+                return gotit
+            finally:
+                self._acquire_restore(saved_state)  # type: ignore[attr-defined]
+                if not gotit:
+                    with contextlib.suppress(ValueError):
+                        self._waiters.remove(waiter)  # type: ignore[attr-defined]
 
         return wait
 

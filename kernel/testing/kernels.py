@@ -85,9 +85,13 @@ class Kernel:
         self.kc: BlockingKernelClient | None = None
         self.kernel_info: dict = {}
         self.restarts = 0
+        self._ipc_dir: str | None = None
 
     def start(self, timeout: float = START_TIMEOUT) -> Kernel:
-        km = KernelManager(kernel_name=self.kernel_name)
+        # IPC sockets in a directory of this kernel's own: TCP ports chosen here could be taken by another
+        # process (a parallel test's kernel) before the kernel binds them, also across restart_kernel.
+        self._ipc_dir = tempfile.mkdtemp(prefix="ck-ipc-")
+        km = KernelManager(kernel_name=self.kernel_name, transport="ipc", ip=os.path.join(self._ipc_dir, "k"))
         kwargs: dict[str, t.Any] = {"extra_arguments": self.extra_arguments}
         if self.env is not None:
             kwargs["env"] = {**os.environ, **self.env}
@@ -133,6 +137,9 @@ class Kernel:
         if self.km is not None:
             _shutdown(self.km)
             self.km = None
+        if self._ipc_dir is not None:
+            shutil.rmtree(self._ipc_dir, ignore_errors=True)
+            self._ipc_dir = None
 
 
 @contextlib.contextmanager

@@ -88,17 +88,20 @@ class Server:
 @contextlib.contextmanager
 def jupyter_server(*, argv: list[str] | None = None, env: dict[str, str] | None = None) -> Iterator[Server]:
     """`python -m jupyter_server` on 127.0.0.1, a random port and token; stopped (process group) after."""
-    port, token = free_port(), secrets.token_hex(16)
+    token = secrets.token_hex(16)
     root = tempfile.mkdtemp(prefix="cancelkernel-root-")
-    command = [
-        sys.executable, "-m", "jupyter_server",
-        "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
-        f"--IdentityProvider.token={token}", "--ServerApp.open_browser=False", f"--ServerApp.root_dir={root}",
-        *(["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []),
-        *(argv or []),
-    ]
+
+    def command(port: int) -> list[str]:
+        return [
+            sys.executable, "-m", "jupyter_server",
+            "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
+            f"--IdentityProvider.token={token}", "--ServerApp.open_browser=False", f"--ServerApp.root_dir={root}",
+            *(["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []),
+            *(argv or []),
+        ]
+
     try:
-        with _serving(command, port, token, env, "jupyter server") as server:
+        with _serving(command, token, env, "jupyter server") as server:
             yield server
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -107,14 +110,17 @@ def jupyter_server(*, argv: list[str] | None = None, env: dict[str, str] | None 
 @contextlib.contextmanager
 def kernel_gateway(*, argv: list[str] | None = None, env: dict[str, str] | None = None) -> Iterator[Server]:
     """`python -m kernel_gateway` (Jupyter Kernel Gateway) on 127.0.0.1, a random port and token; stopped after."""
-    port, token = free_port(), secrets.token_hex(16)
-    command = [
-        sys.executable, "-m", "kernel_gateway",
-        "--KernelGatewayApp.ip=127.0.0.1", f"--KernelGatewayApp.port={port}", "--KernelGatewayApp.port_retries=0",
-        f"--KernelGatewayApp.auth_token={token}", *(argv or []),
-    ]
+    token = secrets.token_hex(16)
+
+    def command(port: int) -> list[str]:
+        return [
+            sys.executable, "-m", "kernel_gateway",
+            "--KernelGatewayApp.ip=127.0.0.1", f"--KernelGatewayApp.port={port}", "--KernelGatewayApp.port_retries=0",
+            f"--KernelGatewayApp.auth_token={token}", *(argv or []),
+        ]
+
     # Listing kernels (off by default in the gateway) lets the cleanup find every kernel it started.
-    with _serving(command, port, token, {"KG_LIST_KERNELS": "True", **(env or {})}, "kernel gateway") as server:
+    with _serving(command, token, {"KG_LIST_KERNELS": "True", **(env or {})}, "kernel gateway") as server:
         yield server
 
 
@@ -125,40 +131,63 @@ def server_through_gateway(gateway: Server) -> Iterator[Server]:
         yield server
 
 
+# Tries of a server whose free port another process took before it bound it.
+START_ATTEMPTS = 3
+
+
 @contextlib.contextmanager
-def _serving(command: list[str], port: int, token: str, env: dict[str, str] | None, what: str) -> Iterator[Server]:
-    """Start `command`, wait until GET /api answers, and stop it (its kernels first) whatever happens."""
+def _serving(command: t.Callable[[int], list[str]], token: str, env: dict[str, str] | None, what: str) -> Iterator[Server]:
+    """Start `command(port)`, wait until GET /api answers, and stop it (its kernels first) whatever happens."""
     scratch = tempfile.mkdtemp(prefix="cancelkernel-server-")
     runtime_dir = os.path.join(scratch, "runtime")
     os.makedirs(runtime_dir)
     log_path = os.path.join(scratch, "server.log")
     environment = {**os.environ, "JUPYTER_RUNTIME_DIR": runtime_dir, **(env or {})}
     log = open(log_path, "wb")
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment, start_new_session=True)
-    server = Server(f"http://127.0.0.1:{port}", token, runtime_dir, log_path, process)
+    server: Server | None = None
     try:
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"{what} exited with {process.returncode} before it answered:\n{server.log_tail()}")
-            with contextlib.suppress(OSError):
-                if server.request("GET", "/api", timeout=2)[0] == 200 and server.request("GET", "/api/kernels", timeout=2)[0] == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{what} did not answer within {START_TIMEOUT:g} s:\n{server.log_tail()}")
-            time.sleep(0.1)
+        for attempt in range(1, START_ATTEMPTS + 1):
+            port = free_port()
+            process = subprocess.Popen(command(port), stdout=log, stderr=subprocess.STDOUT, env=environment, start_new_session=True)
+            server = Server(f"http://127.0.0.1:{port}", token, runtime_dir, log_path, process)
+            if _answers(server, what, last_try=attempt == START_ATTEMPTS):
+                break
+        assert server is not None
         yield server
     finally:
-        with contextlib.suppress(Exception):  # the server's kernels first: they live in process groups of their own
-            for kernel in server.request("GET", "/api/kernels", timeout=5)[1] or []:
-                server.request("DELETE", f"/api/kernels/{kernel['id']}", timeout=15)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait(10)
+        if server is not None:
+            _stop(server)
         log.close()
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _stop(server: Server) -> None:
+    """The server's kernels, then the server (its process group)."""
+    process = server.process
+    with contextlib.suppress(Exception):  # the server's kernels first: they live in process groups of their own
+        for kernel in server.request("GET", "/api/kernels", timeout=5)[1] or []:
+            server.request("DELETE", f"/api/kernels/{kernel['id']}", timeout=15)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(10)
+
+
+def _answers(server: Server, what: str, *, last_try: bool) -> bool:
+    """Wait until the server answers: True; False when its port was taken first (and this is not the last try)."""
+    deadline = time.monotonic() + START_TIMEOUT
+    while True:
+        if server.process.poll() is not None:
+            if not last_try and "already in use" in server.log_tail():
+                return False
+            raise RuntimeError(f"{what} exited with {server.process.returncode} before it answered:\n{server.log_tail()}")
+        with contextlib.suppress(OSError):
+            if server.request("GET", "/api", timeout=2)[0] == 200 and server.request("GET", "/api/kernels", timeout=2)[0] == 200:
+                return True
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not answer within {START_TIMEOUT:g} s:\n{server.log_tail()}")
+        time.sleep(0.1)

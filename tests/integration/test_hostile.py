@@ -18,7 +18,7 @@ import time
 import pytest
 from jupyter_client.session import Session
 
-from cancelkernel.testing import MODES, control_request, execute, interrupt, running_kernel, send_execute, wait_reply, wait_running
+from cancelkernel.testing import MODES, FileFlag, control_request, create_subshell, execute, interrupt, running_kernel, send_execute, wait_reply, wait_running
 
 SEED = int(os.environ.get("CANCELKERNEL_FUZZ_SEED", "20261201"))
 MESSAGES = 2000
@@ -82,6 +82,7 @@ class Expected:
     def __init__(self) -> None:
         self.shell: set[str] = set()
         self.control: set[str] = set()
+        self.replies: dict[str, dict] = {}  # by the request's msg_id
 
 
 def send_one(kc, rng: random.Random, expected: Expected) -> None:
@@ -112,26 +113,55 @@ def collect(kc, expected: Expected, deadline: float) -> None:
                 msg = channel.get_msg(timeout=0)
             except queue.Empty:
                 break
-            wanted.discard(msg["parent_header"].get("msg_id"))
+            parent = msg["parent_header"].get("msg_id")
+            wanted.discard(parent)
+            expected.replies[parent] = msg
+
+
+# A cell that runs until the test opens its gate, whatever interrupts the fuzz sends it meanwhile.
+RESILIENT = """import os, time
+def _until(path):
+    while not os.path.exists(path):
+        time.sleep(0.01)
+hits_{name} = 0
+while not os.path.exists({gate!r}):
+    try:
+        _until({gate!r})
+    except KeyboardInterrupt:
+        hits_{name} += 1
+"""
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("busy", [False, True], ids=["idle", "two-cells-running"])
 @pytest.mark.parametrize("mode", MODES)
-def test_hostile_messages_cost_nothing(mode: str) -> None:
+def test_hostile_messages_cost_nothing(mode: str, busy: bool) -> None:
+    """The fuzz, on an idle kernel and while two cells run at once (the parent shell's and a subshell's)."""
     rng = random.Random(SEED)
     with running_kernel(mode, extra_arguments=["--CancelKernel.interrupt_grace=0.5"]) as (km, kc):
         assert execute(kc, "x = 42\nhostile_cells = 0")["content"]["status"] == "ok"
+        gate, running = FileFlag("hostile-gate"), []
+        if busy:
+            sub = create_subshell(kc)
+            running = [send_execute(kc, RESILIENT.format(name=name, gate=gate.path), subshell_id=shell) for name, shell in (("main", None), ("sub", sub))]
+            for msg_id in running:
+                wait_running(kc, msg_id)
         expected = Expected()
+        expected.shell.update(running)
         for i in range(MESSAGES):
             send_one(kc, rng, expected)
             if i % 50 == 0:
                 collect(kc, expected, 0)
+        gate.set()  # the two cells end (one the fuzz's interrupts stopped early has ended already: also right)
         deadline = time.monotonic() + 120
         while (expected.shell or expected.control) and time.monotonic() < deadline:
             time.sleep(0.05)
             collect(kc, expected, deadline)
         assert not expected.shell, f"{len(expected.shell)} shell requests never answered (seed {SEED})"
         assert not expected.control, f"{len(expected.control)} control requests never answered (seed {SEED})"
+        for msg_id in running:
+            content = expected.replies[msg_id]["content"]
+            assert content["status"] == "ok" or content["ename"] == "KeyboardInterrupt", content
         assert km.is_alive()
         state = execute(kc, "", user_expressions={"x": "x", "ran": "'hostile_ran' in dir()"})["content"]["user_expressions"]
         assert state["x"]["data"]["text/plain"] == "42" and state["ran"]["data"]["text/plain"] == "False"
