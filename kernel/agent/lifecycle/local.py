@@ -225,10 +225,15 @@ class LocalLifecycle:
         (A kernel in a container may forward its ports to localhost: its pid means nothing here.)
         """
         self.verified_pid = None
-        if self.owned or pid is None or not self.connection_file or str(self._connection.get("ip", "")) not in LOCAL_HOSTS:
+        if self.owned or pid is None or not self.connection_file or not self._on_this_host():
             return
         if process_running(pid) and runs_connection_file(pid, self.connection_file):
             self.verified_pid = pid
+
+    def _on_this_host(self) -> bool:
+        """The connection file names this host: a loopback address, or IPC sockets (files here)."""
+        connection = self._connection
+        return connection.get("transport") == "ipc" or str(connection.get("ip", "")) in LOCAL_HOSTS
 
     @property
     def local(self) -> bool:
@@ -308,7 +313,7 @@ class LocalLifecycle:
             )
         if wait_for_owner(self.owner_restart_wait):
             return  # the owner (e.g. a Jupyter server's restarter) brought it back
-        if not self.kernel_name or str(self._connection.get("ip", "")) not in LOCAL_HOSTS:
+        if not self.kernel_name or not self._on_this_host():
             raise KernelStartError(
                 f"the kernel at {self.connection_file} was stopped and nobody restarted it within "
                 f"{self.owner_restart_wait:g} s; the connection file names no kernelspec to start it with. "
