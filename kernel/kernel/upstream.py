@@ -260,11 +260,11 @@ def outstream_has_buffered(stream: t.Any) -> bool:
     if getattr(stream, "_flush_pending", True):
         return True
     lock = getattr(stream, "_buffer_lock", None)
-    buffers = getattr(stream, "_buffers", None)
-    if lock is None or buffers is None:
+    if lock is None or not hasattr(stream, "_buffers"):
         return True
     with lock:
-        return any(buffer.tell() for buffer in buffers.values())
+        # Read under the lock: `_rotate_buffers` swaps the dict under it, then closes the old buffers outside it.
+        return any(not buffer.closed and buffer.tell() for buffer in stream._buffers.values())
 
 
 # -- Kernel._abort_queues / _post_dummy_stop_aborting_message (ipykernel 7.4.0) --------------

@@ -268,6 +268,25 @@ def wait_reply(kc: BlockingKernelClient, msg_id: str, timeout: float = REPLY_TIM
     return wait_for(kc.shell_channel, lambda m: m["parent_header"].get("msg_id") == msg_id, timeout, f"reply to {msg_id}")
 
 
+def wait_answering(kc: BlockingKernelClient, timeout: float = START_TIMEOUT) -> None:
+    """Until a kernel_info_request is answered on shell and its status seen on iopub (both channels connected).
+
+    For clients made from a connection file: jupyter_client's wait_for_ready
+    has no process to watch for them and calls the kernel dead when no
+    heartbeat came back within its first second (a loaded machine).
+    """
+    deadline = time.perf_counter() + timeout
+    while True:
+        msg_id = kc.kernel_info()
+        left = deadline - time.perf_counter()
+        with contextlib.suppress(TimeoutError):
+            wait_reply(kc, msg_id, timeout=max(0.1, min(2.0, left)))
+            wait_for(kc.iopub_channel, lambda m, sent=msg_id: m["parent_header"].get("msg_id") == sent, max(0.1, min(2.0, left)))
+            return
+        if time.perf_counter() > deadline:
+            raise TimeoutError(f"the kernel did not answer kernel_info on shell and iopub within {timeout:g} s")
+
+
 def execute(kc: BlockingKernelClient, code: str, *, timeout: float = REPLY_TIMEOUT, **kwargs: t.Any) -> dict:
     """Run code, return its execute_reply (collecting nothing else)."""
     return wait_reply(kc, kc.execute(code, **kwargs), timeout=timeout)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from jupyter_client.blocking.client import BlockingKernelClient
 
 from ..agent.lifecycle.rest import RestClient
+from .kernels import wait_answering
 
 START_TIMEOUT = 60.0
 
@@ -67,7 +68,7 @@ class Server:
         kc = BlockingKernelClient(connection_file=path)
         kc.load_connection_file()
         kc.start_channels()
-        kc.wait_for_ready(timeout=timeout)
+        wait_answering(kc, timeout)
         return kc
 
     def interrupt(self, kernel_id: str) -> int:

@@ -117,6 +117,38 @@ def test_an_event_set_is_never_lost_by_a_cooperative_wait(mode: str) -> None:
         assert _value(kc, "lost") == "0"
 
 
+# Threads that flush while the cell writes: each flush must not trip over the buffers the IOPub thread just sent.
+FLUSH_WHILE_WRITING = r"""
+import sys, threading
+flush_errors = []
+def flusher():
+    for _ in range(20000):
+        try:
+            sys.stdout.flush()
+        except ValueError as e:
+            flush_errors.append(repr(e))
+threads = [threading.Thread(target=flusher) for _ in range(2)]
+for t in threads:
+    t.start()
+for i in range(20000):
+    sys.stdout.write(".")
+    if i % 50 == 0:
+        sys.stdout.flush()
+for t in threads:
+    t.join()
+"""
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_flushing_from_threads_while_a_cell_writes_never_fails(mode: str) -> None:
+    """The kernel's flush looked at buffers the IOPub thread had closed: ValueError in a user's
+    flush (7 in one such cell), and in the kernel's own flush before a reply (the reply never came)."""
+    with running_kernel(mode) as (_, kc):
+        reply = execute(kc, FLUSH_WHILE_WRITING, timeout=300)["content"]
+        assert reply["status"] == "ok", reply
+        assert _value(kc, "flush_errors") == "[]"
+
+
 FORKED_CHILD = """
 import multiprocessing, signal, sys, time
 def _report(conn):

@@ -13,11 +13,24 @@ from cancelkernel.runtime.children import ChildSignaller
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="children are found through /proc")
 
 
+# A child that dies of SIGINT even where this test inherited SIGINT ignored (a shell's background job):
+# a cell's child never inherits that, the kernel handles SIGINT.
+SLEEPER = [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGINT, signal.SIG_DFL); print(flush=True); time.sleep(60)"]
+
+
+def sleeper() -> subprocess.Popen:
+    """Started, and its SIGINT back to the default (it said so)."""
+    child = subprocess.Popen(SLEEPER, stdout=subprocess.PIPE)
+    assert child.stdout is not None
+    child.stdout.readline()
+    return child
+
+
 def test_children_from_before_the_kernel_are_spared_and_later_ones_signalled():
-    launcher_helper = subprocess.Popen(["sleep", "60"])
+    launcher_helper = sleeper()
     try:
         signaller = ChildSignaller()
-        cells_child = subprocess.Popen(["sleep", "60"])
+        cells_child = sleeper()
         try:
             signaller.signal(signal.SIGINT)
             assert cells_child.wait(timeout=10) == -signal.SIGINT
@@ -25,6 +38,8 @@ def test_children_from_before_the_kernel_are_spared_and_later_ones_signalled():
         finally:
             cells_child.kill()
             cells_child.wait()
+            cells_child.stdout.close()
     finally:
         launcher_helper.kill()
         launcher_helper.wait()
+        launcher_helper.stdout.close()
