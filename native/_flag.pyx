@@ -35,6 +35,22 @@ cdef extern from "Python.h":
     void PyEval_RestoreThread(PyThreadState *) noexcept nogil
     bint PyExceptionClass_Check(object)
 
+cdef extern from *:
+    """
+    /* How many thread states carry `tid`.  On 3.11 a thread being started has its
+       state made by its parent, with the parent's id, until it runs: then two
+       match, and SetAsyncExc would hit the first, the new thread's. */
+    static int ck_threads_with_id(unsigned long tid) {
+        int n = 0;
+        PyThreadState *t = PyInterpreterState_ThreadHead(PyInterpreterState_Get());
+        for (; t != NULL; t = PyThreadState_Next(t)) {
+            if (t->thread_id == tid) n++;
+        }
+        return n;
+    }
+    """
+    int ck_threads_with_id(unsigned long tid)
+
 cdef extern from "flag.h":
     # The C core: src/flag.c (slots), src/sigint.c, src/yield.c, compiled into this extension (setup.py).
     # ck_state_t and ck_load_cancelled come from _flag.pxd.
@@ -309,6 +325,8 @@ def raise_in_window(gen, exc_class):
         return False
     for i in range(CK_SLOTS):
         if _window_gen[i] == g:
+            if ck_threads_with_id(_window_tid[i]) != 1:
+                return False  # it is starting a thread that still has its id: the caller tries again
             return PyThreadState_SetAsyncExc(_window_tid[i], <PyObject *>exc_class) == 1
     return False
 

@@ -204,6 +204,9 @@ class CancellationCore:
             execution.cancel.escalate_at = time.monotonic() + ASYNC_ESCALATION
         elif native.raise_in_window(execution.gen, exc_class):
             execution.cancel.delivered = True
+        else:
+            # Not aimed now (the thread is starting a thread that still carries its id): the watchdog tries again.
+            execution.cancel.escalate_at = time.monotonic()
         if window.waker is not None:
             window.waker.set()
 
@@ -215,8 +218,12 @@ class CancellationCore:
             if execution.ended or window is None or window.on_main_thread:
                 return
             exc_class = self.exc_for(execution)
-            if exc_class is not None and native.raise_in_window(execution.gen, exc_class):
+            if exc_class is None:
+                return
+            if native.raise_in_window(execution.gen, exc_class):
                 execution.cancel.delivered = True
+            elif window.loop is None:
+                execution.cancel.escalate_at = time.monotonic()  # still not aimed: the next tick tries again
 
     def exc_for(self, execution: Execution) -> type[BaseException] | None:
         """What to raise now: the execution's interrupt (once), else a fired deadline's."""

@@ -276,15 +276,19 @@ def wait_answering(kc: BlockingKernelClient, timeout: float = START_TIMEOUT) -> 
     heartbeat came back within its first second (a loaded machine).
     """
     deadline = time.perf_counter() + timeout
-    while True:
-        msg_id = kc.kernel_info()
-        left = deadline - time.perf_counter()
-        with contextlib.suppress(TimeoutError):
-            wait_reply(kc, msg_id, timeout=max(0.1, min(2.0, left)))
-            wait_for(kc.iopub_channel, lambda m, sent=msg_id: m["parent_header"].get("msg_id") == sent, max(0.1, min(2.0, left)))
-            return
+    while not _kernel_info_answered(kc, max(0.1, min(2.0, deadline - time.perf_counter()))):
         if time.perf_counter() > deadline:
             raise TimeoutError(f"the kernel did not answer kernel_info on shell and iopub within {timeout:g} s")
+
+
+def _kernel_info_answered(kc: BlockingKernelClient, seconds: float) -> bool:
+    msg_id = kc.kernel_info()
+    try:
+        wait_reply(kc, msg_id, timeout=seconds)
+        wait_for(kc.iopub_channel, lambda m: m["parent_header"].get("msg_id") == msg_id, seconds)
+    except TimeoutError:
+        return False
+    return True
 
 
 def execute(kc: BlockingKernelClient, code: str, *, timeout: float = REPLY_TIMEOUT, **kwargs: t.Any) -> dict:

@@ -149,6 +149,27 @@ def test_flushing_from_threads_while_a_cell_writes_never_fails(mode: str) -> Non
         assert _value(kc, "flush_errors") == "[]"
 
 
+THREAD_STARTER = "import threading\nwhile True:\n    threading.Thread(target=lambda: None).start()"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_cell_starting_threads_in_a_loop_is_interrupted_every_time(mode: str) -> None:
+    """On a thread not the main one (worker mode; a subshell in main mode).
+
+    On 3.11 a thread being started carries its parent's id until it runs, and the
+    interrupt was raised in the new thread instead (10 of 30 lost here): the cell
+    ran on, waiting in `Thread.start` for a thread that had died of it.
+    """
+    with running_kernel(mode, extra_arguments=["--CancelKernel.interrupt_grace=30"]) as (_, kc):
+        subshell = create_subshell(kc) if mode == "main" else None
+        for _ in range(20):
+            msg_id = send_execute(kc, THREAD_STARTER, subshell_id=subshell)
+            wait_running(kc, msg_id)
+            interrupt(kc, msg_id)
+            reply = wait_reply(kc, msg_id, timeout=60)["content"]
+            assert reply.get("ename") == "KeyboardInterrupt", reply
+
+
 FORKED_CHILD = """
 import multiprocessing, signal, sys, time
 def _report(conn):
