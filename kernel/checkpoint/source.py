@@ -69,6 +69,8 @@ def source_of(value: object, cell_files: Iterable[str] | None = None) -> tuple[s
 
 
 def _function_source(fn: types.FunctionType) -> tuple[str, str]:
+    if fn.__code__.co_filename == "<string>":  # exec() of a string: 3.13's linecache may hand back unrelated lines
+        raise NoSource("its source is not available (it was made by exec() of a string)")
     try:
         source = textwrap.dedent(inspect.getsource(fn))
     except (OSError, TypeError) as exc:

@@ -71,6 +71,7 @@ import contextlib
 import os
 import queue
 import signal
+import sys
 import time
 import typing as t
 
@@ -124,7 +125,8 @@ RUNAWAYS: dict[str, Runaway] = {
     "input": Runaway("", "input()", "KeyboardInterrupt", False),
     "await_sleep": Runaway("", "await asyncio.sleep(10**6)", "CancelledError", False),
     "join_forever": Runaway(
-        "th = threading.Thread(target=threading.Event().wait, daemon=True)\nth.start()", "th.join()", "KeyboardInterrupt", True, "acquire("
+        "th = threading.Thread(target=threading.Event().wait, daemon=True)\nth.start()", "th.join()", "KeyboardInterrupt", True,
+        "acquire(" if sys.version_info < (3, 13) else "_handle.join(",  # where Thread.join blocks in C
     ),
 }
 
