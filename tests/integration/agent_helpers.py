@@ -10,8 +10,9 @@ from collections.abc import Iterator
 
 from cancelkernel.agent import AgentKernel
 
-# Shorter grace than the default 1 s keeps the restart paths quick; behaviour is the same.
-GRACE = 0.5
+# Longer than the default 1 s: on a loaded machine a kernel may take a while to answer an interrupt,
+# and a grace too short turns an expected "interrupted" into a restart (seen with stock under a CPU hog at 0.5 s).
+GRACE = 2.0
 
 
 def kernel_args(name: str) -> list[str]:
