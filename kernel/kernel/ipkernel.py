@@ -26,6 +26,7 @@ from ..checkpoint.settings import CheckpointSettings
 from ..checkpoint.shell import ShellCheckpoints, handle_checkpoint_request, maybe_autosave, restore_on_start, save_before
 from ..frames import Frame
 from ..runtime.execution import Budgets, Execution, StackRecord
+from ..runtime.memory import raise_oom_score
 from ..runtime.runtime import Runtime
 from . import concurrent_cells, events, metadata, upstream
 from .comms import CommStatus
@@ -74,6 +75,8 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
         # Held while a cell starts and while a targeted interrupt decides "running or pending":
         # an interrupt can never fall between the two (and be lost).
         self._start_lock = threading.Lock()
+        if self.oom_score_adj > 0:
+            raise_oom_score(self.oom_score_adj)  # out of memory, the kernel goes first: not its server or agent
         self.runtime = Runtime(
             mode=self.exec_thread,
             grace=self.interrupt_grace,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typing as t
 
-from traitlets import Enum, Float, TraitError, Unicode
+from traitlets import Enum, Float, Integer, TraitError, Unicode
 from traitlets.config import Configurable
 
 from ..durations import DurationError, parse_duration
@@ -82,4 +82,15 @@ class KernelOptions(Configurable):
         main thread a signal whose handler lets go of the GIL for 2 ms, so the control
         thread can read interrupt and status requests.  Reaches C code that checks
         Python signals (the regex engine, cooperative extensions); 0 turns it off.""",
+    ).tag(config=True)
+
+    oom_score_adj = Integer(
+        500,
+        min=-1000,
+        max=1000,
+        help="""At start the kernel raises its own /proc/self/oom_score_adj to this value
+        (never lowers it; -1000..1000), so that when the machine or its cgroup runs
+        out of memory the out-of-memory killer takes the kernel that runs user code,
+        not Jupyter Server, the MCP server or the agent that started it.  0 or less
+        leaves it as inherited.""",
     ).tag(config=True)

@@ -182,3 +182,19 @@ def memory_view(pid: int | str = "self") -> MemoryView:
     if cgroup is not None and limit is not None:
         return MemoryView(limit, f"cgroup v{cgroup.version}", cgroup, pid)
     return MemoryView(machine_bytes(), "machine", None, pid)
+
+
+def raise_oom_score(adj: int) -> int | None:
+    """Raise this process's oom_score_adj to `adj` if it is lower (raising needs no privilege); the value now."""
+    text = _read("/proc/self/oom_score_adj")
+    if text is None:
+        return None
+    current = int(text)
+    if adj > current:
+        try:
+            with open("/proc/self/oom_score_adj", "w") as f:
+                f.write(str(adj))
+        except OSError:
+            return current
+        return adj
+    return current

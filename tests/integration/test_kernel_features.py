@@ -10,6 +10,7 @@ whole module (with a private IPYTHONDIR, so its history is its own).
 
 from __future__ import annotations
 
+import os
 import queue
 import shutil
 import tempfile
@@ -343,3 +344,18 @@ def test_thread_affine_state_survives_between_cells(kc) -> None:
     assert value_of(kc, "rows") == "2"
     assert value_of(kc, "same_thread") == "True"
     assert value_of(kc, "local_value") == "41"
+
+
+def _oom_score_adj(pid: int) -> int:
+    with open(f"/proc/{pid}/oom_score_adj") as f:
+        return int(f.read())
+
+
+@pytest.mark.parametrize(("option", "expected"), [(None, 500), ("0", None), ("900", 900)])
+def test_the_kernel_offers_itself_first_to_the_oom_killer(option: str | None, expected: int | None) -> None:
+    """Raised at start (never lowered), so memory running out takes the kernel, not whoever started it."""
+    inherited = _oom_score_adj(os.getpid())
+    args = [] if option is None else [f"--CancelKernel.oom_score_adj={option}"]
+    with running_kernel("main", extra_arguments=args) as (km, _kc):
+        pid = km.provisioner.pid  # type: ignore[union-attr]
+        assert _oom_score_adj(pid) == (inherited if expected is None else max(expected, inherited))
