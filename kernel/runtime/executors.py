@@ -15,7 +15,6 @@ for, and run it as that execution's code for deadlines (`registry.cell`).
 from __future__ import annotations
 
 import asyncio
-import sys
 import threading
 import time
 import types
@@ -27,6 +26,7 @@ from .cooperative import CooperativeWaits
 from .core import CancellationCore
 from .deadlines import DeadlineRegistry
 from .execution import Execution, Window
+from .stacks import live_frame
 
 _real_sleep = time.sleep
 
@@ -167,7 +167,7 @@ def runs_python(thread_id: int | None, waits: CooperativeWaits | None, samples: 
     """True if the thread executes Python code (its innermost frame moves, or it sits in a cooperative wait), not one C call."""
     seen = set()
     for _ in range(samples):
-        frame = sys._current_frames().get(thread_id) if thread_id is not None else None
+        frame = live_frame(thread_id)
         if frame is None:
             return False
         if waits is not None and waits.in_wait(frame):

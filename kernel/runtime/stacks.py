@@ -7,14 +7,40 @@ Both become `frames.Frame` lists through the one user-frame filter
 
 from __future__ import annotations
 
+import gc
 import linecache
 import sys
+import threading
 import types
 
 from ..frames import MAX_FRAMES, Frame, LabelOf, Location, is_cell_file, is_machinery, user_stack
 
 # Deepest live stack walked: past this the outer frames are the kernel's own anyway.
 MAX_WALK = 200
+
+_gc_paused = threading.Lock()
+
+
+def live_frame(thread_id: int | None) -> types.FrameType | None:
+    """The innermost frame of a thread now; the kernel's only call of sys._current_frames.
+
+    With the garbage collector paused: on 3.11 a collection inside
+    sys._current_frames runs Python code (weakref callbacks) and hands the GIL to
+    another thread while the interpreter's thread list is locked; a thread being
+    started then takes the GIL and waits for that lock for good (CPython
+    gh-106883; deadlocked a kernel whose cell started threads in a loop while
+    its status was read).
+    """
+    if thread_id is None:
+        return None
+    with _gc_paused:
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return sys._current_frames().get(thread_id)
+        finally:
+            if enabled:
+                gc.enable()
 
 
 def from_traceback(tb: types.TracebackType | None, label_of: LabelOf | None = None) -> list[Frame]:
@@ -47,12 +73,12 @@ def from_frame(frame: types.FrameType | None, label_of: LabelOf | None = None) -
 
 def thread_stack(thread_id: int, label_of: LabelOf | None = None) -> list[Frame]:
     """The live stack of one thread, user frames only."""
-    return from_frame(sys._current_frames().get(thread_id), label_of)
+    return from_frame(live_frame(thread_id), label_of)
 
 
 def innermost_frame(thread_id: int | None) -> dict | None:
     """The thread's innermost frame right now, whatever code it is (kernel and library included), with its source line."""
-    frame = sys._current_frames().get(thread_id) if thread_id is not None else None
+    frame = live_frame(thread_id)
     if frame is None:
         return None
     code = frame.f_code
@@ -62,7 +88,7 @@ def innermost_frame(thread_id: int | None) -> dict | None:
 
 def blocked_at(thread_id: int | None) -> str:
     """'file:line in function' of a thread's innermost frame (where it is blocked)."""
-    frame = sys._current_frames().get(thread_id) if thread_id is not None else None
+    frame = live_frame(thread_id)
     if frame is None:
         return "unknown"
     return f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"

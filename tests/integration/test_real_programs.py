@@ -19,6 +19,7 @@ import pytest
 
 from cancelkernel.testing import (
     MODES,
+    cell_status,
     create_subshell,
     drain_channel,
     execute,
@@ -168,6 +169,28 @@ def test_a_cell_starting_threads_in_a_loop_is_interrupted_every_time(mode: str) 
             interrupt(kc, msg_id)
             reply = wait_reply(kc, msg_id, timeout=60)["content"]
             assert reply.get("ename") == "KeyboardInterrupt", reply
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_status_answers_while_a_cell_starts_threads(mode: str) -> None:
+    """Reading a cell's stack (cancel_status) while it starts threads: on 3.11 a collection inside
+    sys._current_frames deadlocked the kernel against the starting thread (CPython gh-106883).
+
+    Two kernels at once, so that each one's threads compete for the cores (seen within 30 reads so).
+    """
+    with running_kernel(mode) as (_, kc1), running_kernel(mode) as (_, kc2):
+        cells = []
+        for kc in (kc1, kc2):
+            subshell = create_subshell(kc) if mode == "main" else None
+            cells.append((kc, send_execute(kc, THREAD_STARTER, subshell_id=subshell)))
+        for kc, msg_id in cells:
+            wait_running(kc, msg_id)
+        for _ in range(200):
+            for kc, msg_id in cells:
+                assert cell_status(kc, msg_id) is not None  # each one answered (30 s bound only against a hang)
+        for kc, msg_id in cells:
+            interrupt(kc, msg_id)
+            assert wait_reply(kc, msg_id, timeout=60)["content"].get("ename") == "KeyboardInterrupt"
 
 
 FORKED_CHILD = """
