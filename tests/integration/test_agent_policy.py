@@ -44,12 +44,13 @@ def test_ok_and_error(name: str) -> None:
 def test_wall_budget_interrupts_once(name: str) -> None:
     with agent(name) as ak:
         ak.run("kept = 'yes'")
-        r = ak.run("print('started', flush=True)\nwhile True:\n    pass", wall_budget=0.5)
+        # 2 s: the budget counts from the request, and under a CPU hog a worker took over 0.5 s to start the code.
+        r = ak.run("print('started', flush=True)\nwhile True:\n    pass", wall_budget=2.0)
         assert (r.status, r.reason, r.state) == ("interrupted", "wall_budget", "suspect")
         assert "started" in r.text  # partial output kept
         assert [a["action"] for a in r.actions] == ["interrupt"]
         assert r.stack and r.stack[-1]["lineno"] in (2, 3) and r.stack[-1]["user"]
-        assert 0.4 < r.elapsed < 10
+        assert 1.9 < r.elapsed < 30
         assert ak.run("print(kept)").text == "yes\n"
 
 
