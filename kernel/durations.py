@@ -46,6 +46,21 @@ def refusal(value: object, what: str, *, allow_zero: bool = True) -> str:
     )
 
 
+def number_with_unit(text: str, units: dict[str, float]) -> float | None:
+    """`text` as a decimal number times its optional, case-insensitive unit from `units`; None if it is not one.
+
+    The number-and-unit reading both grammars share (durations here, sizes in sizes.py).
+    """
+    match = _TEXT.match(text)
+    if match is None:
+        return None
+    unit = match.group(2).lower()
+    if unit not in units:
+        return None
+    number = float(match.group(1)) * units[unit]
+    return number if math.isfinite(number) else None
+
+
 def _seconds(value: object) -> float | None:
     if isinstance(value, bool):
         return None
@@ -53,14 +68,7 @@ def _seconds(value: object) -> float | None:
         number = float(value) if not isinstance(value, int) or abs(value) < 10**300 else math.inf
         return number if math.isfinite(number) else None
     if isinstance(value, str):
-        match = _TEXT.match(value)
-        if match is None:
-            return None
-        unit = match.group(2).lower()
-        if unit not in UNITS:
-            return None
-        number = float(match.group(1)) * UNITS[unit]
-        return number if math.isfinite(number) else None
+        return number_with_unit(value, UNITS)
     return None
 
 

@@ -18,19 +18,19 @@ with one message, naming what was asked and what to write instead.
 from __future__ import annotations
 
 import math
-import re
+
+from .durations import number_with_unit
 
 # No machine this kernel runs on has an exbibyte of memory; anything larger is a typo.
 MAX_BYTES = 2**60
 
-UNITS = {
+UNITS: dict[str, float] = {
     "": 1, "b": 1,
     "k": 2**10, "ki": 2**10, "kib": 2**10, "kb": 10**3,
     "m": 2**20, "mi": 2**20, "mib": 2**20, "mb": 10**6,
     "g": 2**30, "gi": 2**30, "gib": 2**30, "gb": 10**9,
     "t": 2**40, "ti": 2**40, "tib": 2**40, "tb": 10**12,
 }  # fmt: skip
-_TEXT = re.compile(r"^\s*((?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 
 
 class SizeError(ValueError):
@@ -62,14 +62,8 @@ def _bytes(value: object) -> int | None:
     if isinstance(value, float):
         return round(value) if math.isfinite(value) else None
     if isinstance(value, str):
-        match = _TEXT.match(value)
-        if match is None:
-            return None
-        unit = match.group(2).lower()
-        if unit not in UNITS:
-            return None
-        number = float(match.group(1)) * UNITS[unit]
-        return round(number) if math.isfinite(number) else None
+        number = number_with_unit(value, UNITS)
+        return None if number is None else round(number)
     return None
 
 
