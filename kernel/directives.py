@@ -1,6 +1,7 @@
-"""Per-cell directives: `%%budget wall=30 quiet=10` and `%%timeout 5`, and budgets in request metadata.
+"""Per-cell directives: `%%budget wall=30 quiet=10 memory=2G` and `%%timeout 5`, and budgets in request metadata.
 
-Pure parsing (durations through the one grammar, cancelkernel.durations): the
+Pure parsing (durations and sizes through the one grammar each, cancelkernel.durations
+and cancelkernel.sizes): the
 kernel reads the directive line before running the cell, so the budget covers
 the whole execution, and an input transformer blanks it out of the code
 IPython compiles (line numbers stay as typed).
@@ -11,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from .durations import DurationError, parse_duration
+from .sizes import SizeError, parse_size
 
 DIRECTIVES = ("budget", "timeout")
 CHECKPOINT_WHEN = ("before",)
@@ -28,12 +30,20 @@ class CellDirectives:
     quiet_budget: float | None = None
     timeout: float | None = None
     checkpoint: str | None = None
+    memory_budget: int | None = None  # bytes (0 = off)
 
 
 def _duration(value: object, what: str, *, allow_zero: bool = True) -> float:
     try:
         return parse_duration(value, what, allow_zero=allow_zero)
     except DurationError as exc:
+        raise BudgetError(str(exc)) from None
+
+
+def _size(value: object, what: str) -> int:
+    try:
+        return parse_size(value, what)
+    except SizeError as exc:
         raise BudgetError(str(exc)) from None
 
 
@@ -61,24 +71,26 @@ def parse_directive(line: str) -> CellDirectives:
     for item in rest.split():
         key, sep, value = item.partition("=")
         if not sep or not value:
-            raise BudgetError(f"%%budget expects key=value pairs (wall=30 quiet=10 checkpoint=before), got {item!r}")
+            raise BudgetError(f"%%budget expects key=value pairs (wall=30 quiet=10 memory=2G checkpoint=before), got {item!r}")
         if key == "wall":
             directives.wall_budget = _duration(value, "wall")
         elif key == "quiet":
             directives.quiet_budget = _duration(value, "quiet")
         elif key == "timeout":
             directives.timeout = _duration(value, "timeout") or None
+        elif key == "memory":
+            directives.memory_budget = _size(value, "memory")
         elif key == "checkpoint":
             if value not in CHECKPOINT_WHEN:
                 raise BudgetError(f"checkpoint={value!r} is not known; use checkpoint=before")
             directives.checkpoint = value
         else:
-            raise BudgetError(f"%%budget does not know {key!r}; use wall=, quiet=, timeout= or checkpoint=")
+            raise BudgetError(f"%%budget does not know {key!r}; use wall=, quiet=, memory=, timeout= or checkpoint=")
     return directives
 
 
 def from_metadata(metadata: object) -> CellDirectives:
-    """Budgets from execute_request metadata["cancelkernel"] (wall_budget, quiet_budget, timeout, checkpoint)."""
+    """Budgets from execute_request metadata["cancelkernel"] (wall_budget, quiet_budget, memory_budget, timeout, checkpoint)."""
     directives = CellDirectives()
     if metadata is None:
         return directives
@@ -88,6 +100,8 @@ def from_metadata(metadata: object) -> CellDirectives:
         if metadata.get(key) is not None:
             setattr(directives, key, _duration(metadata[key], key))
     directives.timeout = directives.timeout or None
+    if metadata.get("memory_budget") is not None:
+        directives.memory_budget = _size(metadata["memory_budget"], "memory_budget")
     checkpoint = metadata.get("checkpoint")
     if checkpoint is not None:
         if checkpoint not in CHECKPOINT_WHEN:

@@ -68,11 +68,17 @@ REASON_REQUEST = "request"
 REASON_SIGNAL = "signal"
 REASON_WALL_BUDGET = "wall_budget"
 REASON_QUIET_BUDGET = "quiet_budget"
+REASON_MEMORY_BUDGET = "memory_budget"  # the cell's own budget or the kernel's guard below its memory limit
 REASON_DEADLINE = "deadline"
 REASON_SHUTDOWN = "shutdown"
 
-CANCEL_REASONS = (REASON_REQUEST, REASON_SIGNAL, REASON_WALL_BUDGET, REASON_QUIET_BUDGET, REASON_DEADLINE, REASON_SHUTDOWN)
-BUDGET_REASONS = (REASON_WALL_BUDGET, REASON_QUIET_BUDGET)
+CANCEL_REASONS = (
+    REASON_REQUEST, REASON_SIGNAL, REASON_WALL_BUDGET, REASON_QUIET_BUDGET, REASON_MEMORY_BUDGET, REASON_DEADLINE, REASON_SHUTDOWN,
+)  # fmt: skip
+BUDGET_REASONS = (REASON_WALL_BUDGET, REASON_QUIET_BUDGET, REASON_MEMORY_BUDGET)
+# What tripped a memory budget (metadata.cancelkernel.memory.kind): the cell's own budget, or the kernel's guard.
+MEMORY_BUDGET = "budget"
+MEMORY_GUARD = "guard"
 
 # -- events (iopub display_data `transient`, docs/protocol.md "Events") -----------------
 
@@ -83,12 +89,13 @@ EVENT_RUNAWAY = "runaway"
 EVENT_UNRESPONSIVE = "unresponsive"
 EVENT_ABANDONED = "abandoned"
 EVENT_STACK = "stack"
+EVENT_MEMORY = "memory"  # after a memory trip: did the memory come back, and what holds it
 
-EVENTS = (EVENT_INTERRUPT, EVENT_RUNAWAY, EVENT_UNRESPONSIVE, EVENT_ABANDONED, EVENT_STACK)
+EVENTS = (EVENT_INTERRUPT, EVENT_RUNAWAY, EVENT_UNRESPONSIVE, EVENT_ABANDONED, EVENT_STACK, EVENT_MEMORY)
 # Events a person sees: published as a one-line note (display_data text/plain + text/html), the
 # event itself in the message's `transient` (never saved into a notebook).  An interrupt is not
 # one of them: it is in the reply metadata and cancel_status only.
-SHOWN_EVENTS = (EVENT_RUNAWAY, EVENT_UNRESPONSIVE, EVENT_ABANDONED, EVENT_STACK)
+SHOWN_EVENTS = (EVENT_RUNAWAY, EVENT_UNRESPONSIVE, EVENT_ABANDONED, EVENT_STACK, EVENT_MEMORY)
 # The note's text/html is one <div class=NOTE_CLASS>: how a reader of a saved notebook tells a note from the cell's output.
 NOTE_CLASS = "cancelkernel-note"
 
@@ -115,10 +122,10 @@ EXIT_PORT_IN_USE = 75  # EX_TEMPFAIL
 STATUSES = ("ok", "error", "interrupted", "restarted", "died")
 # What the kernel's namespace is worth after the run.
 STATES = ("intact", "suspect", "restored", "lost")
-# Why the client intervened ("wall_budget" and "quiet_budget" are shared with the kernel).
+# Why the client intervened (the budget reasons are shared with the kernel).
 AGENT_REASON_MANUAL = "manual"
 AGENT_REASON_DIED = "died"
-AGENT_REASONS = (REASON_WALL_BUDGET, REASON_QUIET_BUDGET, AGENT_REASON_MANUAL, AGENT_REASON_DIED)
+AGENT_REASONS = (REASON_WALL_BUDGET, REASON_QUIET_BUDGET, REASON_MEMORY_BUDGET, AGENT_REASON_MANUAL, AGENT_REASON_DIED)
 
 # MIME type of the intervention report the agent writes into a notebook cell.
 REPORT_MIME = "application/vnd.cancelkernel.agent+json"

@@ -8,6 +8,7 @@ Only used when the kernel advertises the checkpoint feature in kernel_info
 from __future__ import annotations
 
 import typing as t
+import warnings
 
 from .. import protocol
 from .errors import CheckpointError
@@ -24,6 +25,24 @@ class Checkpoints:
         self.link = link
         self.timeout = timeout
         self.saved = 0  # saves made by this client since it started
+        self._warned = False
+
+    def auto_save(self, mode: str, when: str) -> None:
+        """The AgentKernel's checkpoint=mode save; a kernel without checkpoints or a failed save is warned about, never raised."""
+        if not self.available:
+            if not self._warned:
+                self._warned = True
+                warnings.warn(
+                    f"checkpoint={mode!r}: kernel {self.link.kernel_name!r} has no checkpoint interface; state will be lost on a restart",
+                    RuntimeWarning,
+                    stacklevel=4,
+                )
+            return
+        try:
+            self.save(None)
+            self.link.checkpoint_saved()
+        except Exception as exc:  # noqa: BLE001 - a failed save must not stop the cell; it is reported
+            warnings.warn(f"checkpoint save {when} failed: {exc}", RuntimeWarning, stacklevel=4)
 
     @property
     def available(self) -> bool:

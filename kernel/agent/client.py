@@ -10,16 +10,16 @@ Policy and mechanism are apart: policy.py decides, kernel.py talks.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import typing as t
-import warnings
 
 from ..durations import DurationError, parse_duration
-from ..protocol import FEATURE_BUDGETS
+from ..protocol import BUDGET_REASONS, FEATURE_BUDGETS
 from .checkpoints import MODES as CHECKPOINT_MODES
 from .checkpoints import Checkpoints
-from .detect import cell_budget, check_budget, read_directive
+from .detect import cell_budget, check_budget, check_memory_budget, read_directive
 from .errors import BadInputError, RunawayCellError
 from .history import RuntimeHistory, cell_key
 from .lifecycle import choose_lifecycle
@@ -41,6 +41,7 @@ class AgentKernel:
       (token defaults to $JUPYTER_TOKEN; kernel_id adopts a running kernel instead of starting one).
     wall_budget / quiet_budget: defaults for every cell (seconds, None = none;
       wall_budget="auto" derives it from the cell's measured runtimes).
+    memory_budget: default bytes a cell may grow the kernel by ("2G", "512M"; our kernel enforces it).
     checkpoint: "off" | "before-risky" | "after-ok" (needs a kernel with checkpoints).
     log: a JSONL file, one record per intervention (per cell with log_all=True).
     history: a JSON file keeping runtimes for wall_budget="auto" across sessions.
@@ -58,6 +59,7 @@ class AgentKernel:
         kernel_id: str | None = None,
         wall_budget: float | str | None = None,
         quiet_budget: float | None = None,
+        memory_budget: int | str | None = None,
         interrupt_grace: float | None = None,
         checkpoint: str = "off",
         log: str | os.PathLike | None = None,
@@ -81,6 +83,7 @@ class AgentKernel:
             raise BadInputError(f"kernel_name must be a kernelspec name such as 'cancelkernel' or 'python3', not {kernel_name!r}")
         self.wall_budget = check_budget("wall_budget", wall_budget, allow_auto=True)
         self.quiet_budget = check_budget("quiet_budget", quiet_budget)
+        self.memory_budget = check_memory_budget("memory_budget", memory_budget)
         if interrupt_grace is not None:
             try:
                 interrupt_grace = parse_duration(interrupt_grace, "interrupt_grace")
@@ -114,7 +117,6 @@ class AgentKernel:
         self._interrupted: set[str] = set()  # cell keys that used their one interrupt
         self._attempts: dict[str, list[CellResult]] = {}
         self._started = False
-        self._warned_checkpoint = False
 
     # -- life cycle --
 
@@ -158,13 +160,14 @@ class AgentKernel:
         *,
         wall_budget: float | str | None = None,
         quiet_budget: float | None = None,
+        memory_budget: int | str | None = None,
         cell_id: str | None = None,
         risky: bool | None = None,
     ) -> CellResult:
-        """Run one cell under the policy.  Budgets default to the AgentKernel's; math.inf turns one off."""
+        """Run one cell under the policy.  Budgets default to the AgentKernel's; math.inf (or 0) turns one off."""
         _check_cell(code, cell_id)
         with self._turn.exclusive("run a cell"):
-            return self._run(code, cell_id, cell_key(code, cell_id), wall_budget, quiet_budget, risky)
+            return self._run(code, cell_id, cell_key(code, cell_id), wall_budget, quiet_budget, risky, memory=memory_budget)
 
     def submit(
         self,
@@ -172,6 +175,7 @@ class AgentKernel:
         *,
         wall_budget: float | str | None = None,
         quiet_budget: float | None = None,
+        memory_budget: int | str | None = None,
         cell_id: str | None = None,
         risky: bool | None = None,
         want_status: bool = True,
@@ -188,7 +192,7 @@ class AgentKernel:
 
         def go(watch: CellWatch) -> CellResult:
             try:
-                return self._run(code, cell_id, key, wall_budget, quiet_budget, risky, watch)
+                return self._run(code, cell_id, key, wall_budget, quiet_budget, risky, watch, memory=memory_budget)
             finally:
                 self._turn.release()
 
@@ -237,7 +241,8 @@ class AgentKernel:
         return {**base, "busy": False, "alive": alive, "cell": None, **extra}
 
     def retry(
-        self, result: CellResult, new_code: str, *, wall_budget: float | str | None = None, quiet_budget: float | None = None
+        self, result: CellResult, new_code: str, *,
+        wall_budget: float | str | None = None, quiet_budget: float | None = None, memory_budget: int | str | None = None,
     ) -> CellResult:
         """Run a fixed version of a cell that failed or ran away; it counts as the same cell.
 
@@ -250,8 +255,10 @@ class AgentKernel:
             raise BadInputError(f"new_code must be a str (the cell's fixed source), not {type(new_code).__name__}")
         wall = wall_budget if wall_budget is not None else result.budgets.get("wall_budget")
         quiet = quiet_budget if quiet_budget is not None else result.budgets.get("quiet_budget")
+        memory = memory_budget if memory_budget is not None else result.budgets.get("memory_budget")
         with self._turn.exclusive("retry a cell"):
-            return self._run(new_code, result.cell_id, result.cell_key or cell_key(result.source, result.cell_id), wall, quiet, True)
+            key = result.cell_key or cell_key(result.source, result.cell_id)
+            return self._run(new_code, result.cell_id, key, wall, quiet, True, memory=memory)
 
     def interrupt(self) -> None:
         """Ask for the running cell to be interrupted (thread-safe; counts as its one interrupt)."""
@@ -271,9 +278,12 @@ class AgentKernel:
     def _run(
         self, code: str, cell_id: str | None, key: str, wall: t.Any, quiet: t.Any, risky: bool | None,
         watch: CellWatch | None = None,
+        *,
+        memory: t.Any = None,
     ) -> CellResult:
         wall_v = cell_budget("wall_budget", wall, self.wall_budget, allow_auto=True)
         quiet_v = cell_budget("quiet_budget", quiet, self.quiet_budget)
+        memory_v = self.memory_budget if memory is None else None if memory == math.inf else check_memory_budget("memory_budget", memory)
         if not self._started:
             raise BadInputError("the kernel is not started: use `with AgentKernel(...) as ak:` or call ak.start() first")
         original, notes = code, list[str]()
@@ -284,7 +294,7 @@ class AgentKernel:
         between = self._revive_if_dead()
         may_interrupt = key not in self._interrupted
         if self.checkpoint_mode == "before-risky" and self._is_risky(key, risky):
-            self._auto_save("before a risky cell")
+            self.checkpoints.auto_save(self.checkpoint_mode, "before a risky cell")
         plan = CellPlan(
             source=code,
             cell_id=cell_id,
@@ -292,12 +302,10 @@ class AgentKernel:
             attempt=len(self._attempts.get(key, [])) + 1,
             wall_budget=t.cast("float | None", wall_v),
             quiet_budget=t.cast("float | None", quiet_v),
+            memory_budget=memory_v,
             may_interrupt=may_interrupt,
         )
-        if may_interrupt and self.kernel_budgets and self.info.has(FEATURE_BUDGETS) and (wall_v or quiet_v):
-            budgets = {k: v for k, v in (("wall_budget", wall_v), ("quiet_budget", quiet_v)) if v}
-            plan.kernel_metadata = {"cancelkernel": budgets}
-            plan.kernel_enforces = True
+        notes += plan.hand_budgets_to_kernel(self.info.has(FEATURE_BUDGETS) and self.kernel_budgets, self.kernel_name)
         self._manual.clear()
         self._turn.watch = watch = watch if watch is not None else CellWatch()
         result = self.policy.run(plan, self._manual, watch)
@@ -309,11 +317,11 @@ class AgentKernel:
                 result.state = "restored" if between.get("restored") else "lost"
         self.history.record(key, result.elapsed, result.status)
         self._attempts.setdefault(key, []).append(result)
-        runaway = result.reason in ("wall_budget", "quiet_budget", "manual") and result.status in ("interrupted", "restarted")
+        runaway = result.reason in (*BUDGET_REASONS, "manual") and result.status in ("interrupted", "restarted")
         if runaway:
             self._interrupted.add(key)
         if self.checkpoint_mode == "after-ok" and result.status == "ok":
-            self._auto_save("after a successful cell")
+            self.checkpoints.auto_save(self.checkpoint_mode, "after a successful cell")
         if self.log is not None:
             self.log.write_result(result, kernel={"name": self.kernel_name, "id": self.link.kernel_id, "pid": result.kernel.get("pid")})
         self.link.warm_spare()  # after the first cell, and again after a restart used it
@@ -370,22 +378,6 @@ class AgentKernel:
     def _restore_after_restart(self) -> Restored:
         return self.checkpoints.restore_latest()
 
-    def _auto_save(self, when: str) -> None:
-        if not self.checkpoints.available:
-            if not self._warned_checkpoint:
-                self._warned_checkpoint = True
-                warnings.warn(
-                    f"checkpoint={self.checkpoint_mode!r}: kernel {self.kernel_name!r} has no checkpoint interface; "
-                    f"state will be lost on a restart",
-                    RuntimeWarning,
-                    stacklevel=4,
-                )
-            return
-        try:
-            self.checkpoints.save(None)
-            self.link.checkpoint_saved()
-        except Exception as exc:  # noqa: BLE001 - a failed save must not stop the cell; it is reported
-            warnings.warn(f"checkpoint save {when} failed: {exc}", RuntimeWarning, stacklevel=4)
 
 def _exit_text(link: KernelLink) -> str:
     return describe_exit(link.exit_code())

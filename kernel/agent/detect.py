@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from .. import directives
 from ..durations import DurationError, parse_duration
+from ..sizes import SizeError, parse_size
 from .errors import BadInputError
 
 WHY_TEXT = {
@@ -34,6 +35,16 @@ def check_budget(name: str, value: t.Any, *, allow_auto: bool = False) -> float 
     except DurationError as exc:
         hint = '; or "auto" to derive it from measured runtimes' if allow_auto else ""
         raise BadInputError(f"{exc}{hint}") from None
+
+
+def check_memory_budget(name: str, value: t.Any) -> int | None:
+    """A memory budget in the one size grammar: None or 0 (no budget), bytes, or "2G", "512M"."""
+    if value is None:
+        return None
+    try:
+        return parse_size(value, name) or None
+    except SizeError as exc:
+        raise BadInputError(str(exc)) from None
 
 
 def cell_budget(name: str, value: t.Any, default: t.Any, *, allow_auto: bool = False) -> t.Any:

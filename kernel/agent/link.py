@@ -50,6 +50,7 @@ class KernelInfo:
     pid: int | None = None
     dump_file: str | None = None
     checkpoint_dir: str | None = None
+    running_record: str | None = None  # the file our kernel keeps while a cell runs (cancelkernel.last_cell)
     raw: dict = field(default_factory=dict)
 
     @classmethod
@@ -71,6 +72,7 @@ class KernelInfo:
             info.pid = new_kernel_pid(content)
             info.dump_file = ext.get("dump_file") if isinstance(ext.get("dump_file"), str) else None
             info.checkpoint_dir = ext.get("checkpoint_dir") if isinstance(ext.get("checkpoint_dir"), str) else None
+            info.running_record = ext.get("running_record") if isinstance(ext.get("running_record"), str) else None
         return info
 
     def has(self, feature: str) -> bool:

@@ -16,13 +16,14 @@ from dataclasses import dataclass, field
 from .. import frames as fr
 from ..durations import DurationError, parse_duration
 from ..protocol import KEY, REPORT_MIME
+from .detect import check_memory_budget
 from .errors import BadInputError, RunawayCellError
 from .result import CellResult
 
 if t.TYPE_CHECKING:
     from .client import AgentKernel
 
-_TAG = re.compile(r"^(wall|quiet)[-_]budget[=:](.+)$")
+_TAG = re.compile(r"^(wall|quiet|memory)[-_]budget[=:](.+)$")
 
 
 def require_nbformat() -> t.Any:
@@ -62,9 +63,9 @@ def load_notebook(path: str | os.PathLike) -> t.Any:
     return nb
 
 
-def cell_budgets(cell: t.Any, index: int) -> tuple[float | None, float | None]:
-    """(wall, quiet) from metadata.cancelkernel.{wall,quiet}_budget or tags 'wall-budget=30'."""
-    wall = quiet = None
+def cell_budgets(cell: t.Any, index: int) -> tuple[float | None, float | None, int | None]:
+    """(wall, quiet, memory) from metadata.cancelkernel.{wall,quiet,memory}_budget or tags 'wall-budget=30', 'memory-budget=2G'."""
+    wall = quiet = memory = None
     meta = (cell.get("metadata") or {}).get(KEY) or {}
     if not isinstance(meta, dict):
         raise BadInputError(f"cell {index}: metadata.{KEY} must be an object, not {meta!r}")
@@ -72,13 +73,17 @@ def cell_budgets(cell: t.Any, index: int) -> tuple[float | None, float | None]:
         wall = parse_seconds(meta["wall_budget"], f"cell {index} metadata {KEY}.wall_budget")
     if meta.get("quiet_budget") is not None:
         quiet = parse_seconds(meta["quiet_budget"], f"cell {index} metadata {KEY}.quiet_budget")
+    if meta.get("memory_budget") is not None:
+        memory = check_memory_budget(f"cell {index} metadata {KEY}.memory_budget", meta["memory_budget"]) or 0
     for tag in (cell.get("metadata") or {}).get("tags") or []:
         m = _TAG.match(str(tag).strip())
         if m and m.group(1) == "wall":
             wall = parse_seconds(m.group(2), f"cell {index} tag {tag!r}")
-        elif m:
+        elif m and m.group(1) == "quiet":
             quiet = parse_seconds(m.group(2), f"cell {index} tag {tag!r}")
-    return wall, quiet
+        elif m:
+            memory = check_memory_budget(f"cell {index} tag {tag!r}", m.group(2)) or 0
+    return wall, quiet, memory
 
 
 @dataclass
@@ -179,15 +184,17 @@ def run_cell(
 ) -> CellResult:
     """Run one code cell under the policy (its own budgets first); its outputs and any report go into `cell`."""
     nbformat = require_nbformat()
-    wall, quiet = cell_budgets(cell, index)
+    wall, quiet, memory = cell_budgets(cell, index)
     cell_id = str(cell.get("id") or f"cell-{index}")
     wall_v = wall if wall is not None else wall_budget
     quiet_v = quiet if quiet is not None else quiet_budget
     try:
         if hooks is None or hooks.live_every is None:
-            result = ak.run(cell.source, wall_budget=wall_v, quiet_budget=quiet_v, cell_id=cell_id)
+            result = ak.run(cell.source, wall_budget=wall_v, quiet_budget=quiet_v, memory_budget=memory, cell_id=cell_id)
         else:
-            submission = ak.submit(cell.source, wall_budget=wall_v, quiet_budget=quiet_v, cell_id=cell_id, want_status=False)
+            submission = ak.submit(
+                cell.source, wall_budget=wall_v, quiet_budget=quiet_v, memory_budget=memory, cell_id=cell_id, want_status=False
+            )
             while not submission.wait(hooks.live_every):
                 hooks.cell_running(index, cell, submission.watch.outputs)
             result = submission.result()

@@ -11,7 +11,9 @@ import time
 import typing as t
 
 from .. import frames as fr
-from ..protocol import REASON_SHUTDOWN
+from .. import last_cell
+from ..protocol import REASON_MEMORY_BUDGET, REASON_SHUTDOWN
+from ..sizes import format_size
 from .processes import describe_exit
 from .result import CellResult
 
@@ -28,6 +30,7 @@ class Outcomes:
     p: Policy
     link: KernelLink
     plan: CellPlan
+    death_baseline: dict | None
     res: CellResult
     wire: Tripwire
     collector: OutputCollector
@@ -97,7 +100,11 @@ class Outcomes:
     def _kernel_reason(self, meta: dict) -> None:
         """The kernel stopped the cell on its own (its budgets) or someone else interrupted it."""
         reason = meta.get("reason")
-        if reason in ("wall_budget", "quiet_budget"):
+        if reason == REASON_MEMORY_BUDGET:
+            self.res.reason, self.res.memory = reason, meta.get("memory")
+            self.res.reason_text = memory_text(meta.get("memory") or {})
+            via = "kernel"
+        elif reason in ("wall_budget", "quiet_budget"):
             budget = (meta.get("budgets") or {}).get(reason) or self.res.budgets.get(reason)
             what = "ran past its wall budget" if reason == "wall_budget" else "printed nothing for longer than its quiet budget"
             self.res.reason = reason
@@ -109,6 +116,17 @@ class Outcomes:
             via = "external"
         self.res.actions.append({"action": "interrupt", "why": self.res.reason, "why_text": self.res.reason_text, "via": via,
                                  "at": None, "outcome": None})
+
+    def _death(self) -> dict | None:
+        """Why a local kernel died, with evidence: its running-cell record, else the OOM counts taken when the cell began."""
+        if not self.link.local:
+            return None
+        path = self.link.info.running_record
+        record = last_cell.read(path) if path else None
+        if path and record is not None and record.get("pid") == (self.death_baseline or {}).get("pid"):
+            last_cell.remove(path)  # read here: the next kernel must not report this death again
+            return last_cell.death_of(record)
+        return last_cell.death_of(self.death_baseline) if self.death_baseline else None
 
     def _abandoned_alive(self, meta: dict) -> bool:
         status = self.link.cancel_status(timeout=0.5)
@@ -164,6 +182,10 @@ class Outcomes:
         res.elapsed = round(self.clock() - self.wire.started, 4)
         if why is None:
             why = "the kernel process died while running the cell" + describe_exit(self.link.exit_code())
+            death = self._death()
+            if death is not None:
+                res.cause = death["cause"]
+                why += f": {death['message']} ({death['evidence']})" if death["cause"] == last_cell.CAUSE_OOM else f" ({death['evidence']})"
         if res.actions and res.actions[-1]["outcome"] is None:
             res.actions[-1]["outcome"] = "the kernel died before the cell stopped"
         res.reason, res.reason_text = "died", why
@@ -215,6 +237,30 @@ class Outcomes:
             }
         )
         res.kernel["pid"] = self.link.info.pid
+
+
+def memory_text(memory: dict) -> str:
+    """What an agent reads after a memory trip: what was measured, what holds it, what to do."""
+    def size(key: str) -> str:
+        value = memory.get(key)
+        return format_size(value) if isinstance(value, (int, float)) else "?"
+
+    if memory.get("kind") == "guard":
+        text = f"the kernel's memory reached {size('at_trip')} of its limit of {size('limit')}, close to being killed; the kernel interrupted the cell"
+    else:
+        text = f"the cell grew the kernel from {size('start')} to {size('at_trip')}, past its memory budget of {size('budget')}; the kernel interrupted it"
+    if isinstance(memory.get("after"), int):
+        text += f"; {size('after')} once it stopped"
+    holders = memory.get("holders") or []
+    if holders:
+        biggest = holders[0]
+        text += (
+            f". The biggest: {biggest.get('name')} ({biggest.get('type')}, {format_size(biggest.get('bytes') or 0)}); "
+            f"free it with `del {biggest.get('name')}`, or process the data in chunks"
+        )
+    else:
+        text += ". No name of the namespace holds much: the memory was in the cell's own locals; process the data in chunks"
+    return text
 
 
 def _shows_cell(frames: list[dict] | None) -> bool:

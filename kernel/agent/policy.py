@@ -1,6 +1,6 @@
 """The policy for one cell: watch it, interrupt ONCE on a trip, escalate to a restart if that fails.
 
-    trip (wall/quiet budget, or manual)
+    trip (wall/quiet budget, or manual; a memory budget trips in our kernel, which interrupts)
       -> one interrupt (targeted with our kernel; SIGINT if the control channel is wedged)
       -> execute_reply within interrupt_grace:  interrupted, state suspect, partial outputs + stack
       -> no reply (wedged, or the interrupt swallowed): stack, restart, restore -> restarted
@@ -33,9 +33,21 @@ class CellPlan:
     attempt: int
     wall_budget: float | None
     quiet_budget: float | None
+    memory_budget: int | None = None  # bytes; enforced by our kernel only
     may_interrupt: bool = True
     kernel_metadata: dict = field(default_factory=dict)
     kernel_enforces: bool = False
+
+    def hand_budgets_to_kernel(self, kernel_has_budgets: bool, kernel_name: str) -> list[str]:
+        """Our kernel enforces the budgets itself (the client trips behind it); the notes for what nobody enforces."""
+        notes = []
+        if self.memory_budget and not kernel_has_budgets:
+            notes.append(f"memory_budget={self.memory_budget} was not enforced: only cancelkernel measures a cell's memory ({kernel_name!r} does not)")
+        wanted = {"wall_budget": self.wall_budget, "quiet_budget": self.quiet_budget, "memory_budget": self.memory_budget}
+        if self.may_interrupt and kernel_has_budgets and any(wanted.values()):
+            self.kernel_metadata = {"cancelkernel": {k: v for k, v in wanted.items() if v}}
+            self.kernel_enforces = bool(self.wall_budget or self.quiet_budget)
+        return notes
 
 
 @dataclass

@@ -41,7 +41,7 @@ def describe_exit(code: int | None) -> str:
         except ValueError:
             name = f"signal {-code}"
         hint = {
-            "SIGKILL": ": killed from outside, often by the out-of-memory killer",
+            "SIGKILL": ", cause unknown",
             "SIGSEGV": ": a segmentation fault in native code",
             "SIGABRT": ": aborted by native code",
         }.get(name, "")

@@ -48,6 +48,8 @@ class CellResult:
     timings: dict[str, t.Any] = field(default_factory=dict)  # after a restart: seconds from the decision to each step
     notes: list[str] = field(default_factory=list)  # what could not be had (e.g. a remote kernel's stack dump), said, never faked
     events: list[dict] = field(default_factory=list)  # our kernel's events about this cell (runaway, unresponsive, ...), in order
+    memory: dict | None = None  # after a memory trip: the kernel's measures and the biggest names (docs/protocol.md)
+    cause: str | None = None  # status "died": "oom" (an OOM kill was counted) or "unknown"
 
     @property
     def ok(self) -> bool:

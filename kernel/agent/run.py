@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import time
 
+from .. import last_cell
 from ..protocol import EVENT_INTERRUPT, EVENT_MIME, EVENT_RUNAWAY, EVENT_UNRESPONSIVE, KEY
 from .detect import Tripwire
 from .link import InterruptSent, describe
@@ -55,7 +56,7 @@ class CellRun(Outcomes):
             cell_id=plan.cell_id,
             cell_key=plan.cell_key,
             attempt=plan.attempt,
-            budgets={"wall_budget": plan.wall_budget, "quiet_budget": plan.quiet_budget},
+            budgets={"wall_budget": plan.wall_budget, "quiet_budget": plan.quiet_budget, "memory_budget": plan.memory_budget},
             kernel=describe(self.link),
         )
         self.msg_id = ""
@@ -71,11 +72,15 @@ class CellRun(Outcomes):
         self.trip: str | None = None
         self.escalate_at: float | None = None
         self.dump_since = 0.0
+        self.death_baseline: dict | None = None  # OOM kill counts when the cell began (a local kernel)
 
     # -- the loop --
 
     def go(self) -> CellResult:
         self.dump_since = time.time()
+        pid = self.link.pid
+        if self.link.local and pid:
+            self.death_baseline = last_cell.baseline(pid)
         self.msg_id = self.link.execute(self.plan.source, cell_id=self.plan.cell_id, metadata=self.plan.kernel_metadata)
         self.wire.start()
         watch = self.watch

@@ -14,7 +14,7 @@ import typing as t
 
 from ..agent.errors import AgentError, BadInputError, KernelStartError
 from ..agent.result import CellResult
-from .options import duration_arg
+from .options import duration_arg, size_arg
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_KERNEL = 0, 1, 2, 3
 
@@ -28,6 +28,10 @@ def _common(p: argparse.ArgumentParser) -> None:
         help="seconds a cell may run (30, 2m; 0 = none; 'auto': from measured runtimes)",
     )
     p.add_argument("--quiet-budget", type=duration_arg("--quiet-budget"), default=None, metavar="S", help="seconds a cell may run without output (0 = none)")
+    p.add_argument(
+        "--memory-budget", type=size_arg("--memory-budget"), default=None, metavar="SIZE",
+        help="bytes a cell may grow the kernel by (512M, 2G; 0 = none; cancelkernel kernels only)",
+    )  # fmt: skip
     p.add_argument("--kernel", default="cancelkernel", metavar="NAME", help="kernelspec name (default: %(default)s; 'python3' works too)")
     p.add_argument("--connection-file", default=None, metavar="FILE", help="use a running kernel on this host instead of starting one")
     p.add_argument("--server-url", default=None, metavar="URL", help="use a kernel behind this Jupyter Server or kernel gateway (cancelkernel[remote])")
@@ -101,6 +105,7 @@ def _agent_options(args: argparse.Namespace) -> dict[str, t.Any]:
         "kernel_id": args.kernel_id,
         "wall_budget": args.wall_budget,
         "quiet_budget": args.quiet_budget,
+        "memory_budget": args.memory_budget,
         "interrupt_grace": args.interrupt_grace,
     }
 

@@ -1,4 +1,4 @@
-"""Command-line option types shared by every subcommand (durations through the one grammar)."""
+"""Command-line option types shared by every subcommand (durations and sizes through their one grammar each)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 from collections.abc import Callable
 
 from ..durations import DurationError, parse_duration
+from ..sizes import SizeError, parse_size
 
 
 def duration_arg(what: str, *, allow_auto: bool = False) -> Callable[[str], float | str]:
@@ -17,6 +18,18 @@ def duration_arg(what: str, *, allow_auto: bool = False) -> Callable[[str], floa
         try:
             return parse_duration(text, what)
         except DurationError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
+
+
+def size_arg(what: str) -> Callable[[str], int]:
+    """An argparse `type=` for a size flag (512M, 2G, bytes); 0 means off."""
+
+    def parse(text: str) -> int:
+        try:
+            return parse_size(text, what)
+        except SizeError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
 
     return parse

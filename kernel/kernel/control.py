@@ -136,6 +136,7 @@ class ControlRequests(_Kernel):
             dump_file=dumps.path if dumps.available else None,
             last_stack=self._last_stack,
             abandoned_threads=self.runtime.executor.abandoned_threads(),
+            memory=self.runtime.memory.status(),
         )
 
     async def shell_channel_thread_main(self, msg: t.Any) -> None:

@@ -33,10 +33,37 @@ def _base(kind: str, execution: Execution, message: str) -> dict:
     }
 
 
-def runaway(execution: Execution, reason: str, frames: list[Frame], *, interrupting: bool) -> dict:
+def runaway(execution: Execution, reason: str, frames: list[Frame], *, interrupting: bool, guard_source: str = "") -> dict:
     budget = execution.budgets.of(reason)
-    event = _base(protocol.EVENT_RUNAWAY, execution, texts.runaway_note(execution, reason, frames, interrupting=interrupting))
+    note = texts.runaway_note(execution, reason, frames, interrupting=interrupting, guard_source=guard_source)
+    event = _base(protocol.EVENT_RUNAWAY, execution, note)
     event.update(reason=reason, budget=budget, action="interrupt" if interrupting else "warn", stack=as_dicts(frames))
+    if reason == protocol.REASON_MEMORY_BUDGET:
+        event["memory"] = memory_record(execution)
+        if execution.memory.kind == protocol.MEMORY_GUARD:
+            event["budget"] = execution.memory.limit
+    return event
+
+
+def memory_record(execution: Execution) -> dict:
+    """The memory measured for a tripped cell (bytes): reply metadata and events share it."""
+    record = execution.memory
+    return {
+        "kind": record.kind,
+        "measure": "resident" if record.kind == protocol.MEMORY_BUDGET else "charged",
+        "start": record.resident_start if record.kind == protocol.MEMORY_BUDGET else record.charged_start,
+        "at_trip": record.at_trip,
+        "after": record.after,
+        "budget": execution.budgets.memory or None,
+        "limit": record.limit,
+        "holders": [{k: h[k] for k in ("name", "type", "bytes")} for h in record.holders],
+    }
+
+
+def memory_after(execution: Execution) -> dict:
+    """After a memory trip, once the cell ended: what it had, has, and what holds it."""
+    event = _base(protocol.EVENT_MEMORY, execution, texts.memory_after_note(execution))
+    event["memory"] = memory_record(execution)
     return event
 
 

@@ -20,13 +20,15 @@ from ipykernel.ipkernel import IPythonKernel
 from ipykernel.jsonutil import json_clean
 from jupyter_core.paths import jupyter_runtime_dir
 
-from .. import __version__, directives, protocol
+from .. import __version__, directives, last_cell, protocol
 from ..checkpoint.magics import register as register_checkpoint_magics
 from ..checkpoint.settings import CheckpointSettings
 from ..checkpoint.shell import ShellCheckpoints, handle_checkpoint_request, maybe_autosave, restore_on_start, save_before
 from ..frames import Frame
 from ..runtime.execution import Budgets, Execution, StackRecord
+from ..runtime.holders import biggest_names
 from ..runtime.memory import raise_oom_score
+from ..runtime.memory_guard import GuardSettings
 from ..runtime.runtime import Runtime
 from . import concurrent_cells, events, metadata, upstream
 from .comms import CommStatus
@@ -75,6 +77,10 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
         # Held while a cell starts and while a targeted interrupt decides "running or pending":
         # an interrupt can never fall between the two (and be lost).
         self._start_lock = threading.Lock()
+        record_path = self._dump_path().replace("-stacks.txt", "-running.json")
+        # A record left by a kernel that is gone: it died while a cell ran (told in the first cell, and in kernel_info).
+        self.previous_kernel = last_cell.previous_kernel(record_path)
+        self._previous_told = False
         if self.oom_score_adj > 0:
             raise_oom_score(self.oom_score_adj)  # out of memory, the kernel goes first: not its server or agent
         self.runtime = Runtime(
@@ -86,6 +92,8 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
             interrupt_on_trip=self.on_runaway == "interrupt",
             gil_yield=self.gil_yield,
             switch_interval=self.switch_interval,
+            memory_guard=GuardSettings(enabled=self.memory_guard, margin=self.memory_guard_margin),
+            record_path=record_path,
         )
         # Stock swaps input/getpass around each cell; with two cells at once the saved originals were lost.
         self._input_patch = concurrent_cells.CountedPatch(
@@ -145,6 +153,9 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
             "dump_file": dumps.path if dumps.available else None,
             "checkpoint_dir": self.checkpoints.directory,
             "features": list(protocol.FEATURES),
+            "running_record": self.runtime.record_path,
+            "previous_kernel": _without_record(self.previous_kernel),
+            "memory": self.runtime.memory.status(),
         }
         return info
 
@@ -162,7 +173,8 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
     def tripped(self, execution: Execution, reason: str, interrupting: bool) -> None:
         """A budget tripped (watchdog thread, before the interrupt): say so in the cell, with the stack."""
         frames = self._remember(execution, execution.stack)
-        self._publish_note(execution, events.runaway(execution, reason, frames, interrupting=interrupting))
+        event = events.runaway(execution, reason, frames, interrupting=interrupting, guard_source=self.runtime.memory.view.source)
+        self._publish_note(execution, event)
 
     def unresponsive(self, execution: Execution, why: str) -> None:
         """The interrupt did not stop the cell within the grace period (watchdog thread): say why, and where it is."""
@@ -218,9 +230,12 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
         try:
             wanted = self._directives(code, cell_meta)
             if not silent:
+                self._tell_previous_kernel()
                 restore_on_start(self.checkpoints)  # once, before the first cell of a (re)started kernel
             before = save_before(self.checkpoints) if wanted.checkpoint == "before" else None
-            budgets = Budgets(wall=wanted.wall_budget or 0.0, quiet=wanted.quiet_budget or 0.0, timeout=wanted.timeout)
+            budgets = Budgets(
+                wall=wanted.wall_budget or 0.0, quiet=wanted.quiet_budget or 0.0, timeout=wanted.timeout, memory=wanted.memory_budget or 0
+            )
             self._parents[msg_id] = parent
             with self._start_lock:
                 if self.pending_cancels.take(msg_id):
@@ -258,6 +273,12 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
             self._parents.pop(msg_id, None)
         return reply
 
+    def _tell_previous_kernel(self) -> None:
+        """The first cell of a kernel whose predecessor died while a cell ran: say how it died (before any restore)."""
+        if self.previous_kernel is not None and not self._previous_told:
+            self._previous_told = True
+            print(f"cancelkernel: the previous kernel (pid {self.previous_kernel['pid']}) was {self.previous_kernel['message']}", file=sys.stderr, flush=True)
+
     def _finish(self, execution: Execution, reply: dict, before: dict | None, silent: bool) -> None:
         """After the cell: its report, a dump taken while it ran, autosave, the reply metadata."""
         if execution.report is not None and reply.get("status") == "error":
@@ -267,6 +288,10 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
             frames = self._remember(execution, execution.dump)
             if held and not (execution.report is not None and execution.report.told_gil):
                 self._publish_note(execution, events.gil_held(execution, frames, held, self.runtime.dumps.path), last=True)
+        if execution.memory.kind is not None:
+            # What still holds memory once the frame unwound (locals are gone): the names an agent or person can free.
+            execution.memory.holders = biggest_names(self.shell.user_ns if self.shell is not None else {})
+            self._publish_note(execution, events.memory_after(execution), last=True)
         autosaved = None if silent else maybe_autosave(self.checkpoints, reply.get("status"))
         if before or autosaved:
             execution.checkpoint = {"before": before, "autosave": autosaved}
@@ -274,7 +299,9 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
 
     def _directives(self, code: str, cell_meta: dict | None) -> directives.CellDirectives:
         """Kernel defaults < execute_request metadata < a %%budget / %%timeout first line."""
-        defaults = directives.CellDirectives(wall_budget=self.wall_budget or None, quiet_budget=self.quiet_budget or None)
+        defaults = directives.CellDirectives(
+            wall_budget=self.wall_budget or None, quiet_budget=self.quiet_budget or None, memory_budget=self.memory_budget or None
+        )
         meta = directives.from_metadata((cell_meta or {}).get(protocol.KEY) if isinstance(cell_meta, dict) else None)
         line = directives.first_directive_line(code)
         magic = directives.parse_directive(line) if line else directives.CellDirectives()
@@ -363,3 +390,8 @@ def _log_to(app_log: logging.Logger) -> None:
             ours.addHandler(handler)
     ours.propagate = False
 
+
+
+def _without_record(death: dict | None) -> dict | None:
+    """The previous kernel's death as kernel_info says it: cause, evidence and message, not the raw record."""
+    return None if death is None else {k: v for k, v in death.items() if k != "record"}

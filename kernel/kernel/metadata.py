@@ -12,6 +12,7 @@ import typing as t
 from .. import protocol
 from ..frames import Frame, as_dicts, innermost_user, stopped_at
 from ..runtime.execution import Execution, StackRecord
+from .events import memory_record
 
 INTERRUPT_ENAMES = ("KeyboardInterrupt", "CancelledError")
 
@@ -47,6 +48,7 @@ def reply_metadata(execution: Execution, reply: dict, exec_thread: str) -> dict:
             "wall_budget": execution.budgets.wall,
             "quiet_budget": execution.budgets.quiet,
             "timeout": execution.budgets.timeout,
+            "memory_budget": execution.budgets.memory or None,
         },
     }
     if execution.dump is not None:
@@ -56,6 +58,8 @@ def reply_metadata(execution: Execution, reply: dict, exec_thread: str) -> dict:
             metadata["stopped_at"] = stopped_at(execution.dump.frames)
     if execution.watch.tripped:
         metadata["tripped"] = execution.watch.tripped
+    if execution.memory.kind is not None:
+        metadata["memory"] = memory_record(execution)
     if execution.watch.unresponsive:
         metadata["unresponsive"] = True
         metadata["unresponsive_why"] = execution.watch.unresponsive_why
@@ -119,6 +123,7 @@ def execution_status(execution: Execution, stack: list[Frame] | None = None, inn
         "seconds_since_output": round(execution.watch.seconds_since_output(), 4),
         "wall_budget": execution.budgets.wall,
         "quiet_budget": execution.budgets.quiet,
+        "memory_budget": execution.budgets.memory or None,
         "interrupts_sent": execution.cancel.interrupts_sent,
         "cancel_reason": execution.cancel.reason,
         "state": execution_state(execution),
@@ -139,6 +144,7 @@ def cancel_status(
     dump_file: str | None,
     last_stack: dict | None,
     abandoned_threads: list[dict],
+    memory: dict | None = None,
 ) -> dict:
     """cancel_status_reply content."""
     tops = innermost or {}
@@ -153,4 +159,5 @@ def cancel_status(
         "last_stack": last_stack,
         "dump_file": dump_file,
         "abandoned_threads": abandoned_threads,
+        "memory": memory,
     }

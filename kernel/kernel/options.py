@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import typing as t
 
-from traitlets import Enum, Float, Integer, TraitError, Unicode
+from traitlets import Bool, Enum, Float, Integer, TraitError, Unicode
 from traitlets.config import Configurable
 
 from ..durations import DurationError, parse_duration
+from ..sizes import SizeError, parse_size
 
 
 class Duration(Float):
@@ -22,6 +23,21 @@ class Duration(Float):
             raise TraitError(str(exc)) from None
 
     def from_string(self, s: str) -> float:
+        return self.validate(None, s)
+
+
+class Size(Integer):
+    """A number of bytes in the one size grammar: `1073741824`, `512M`, `2G`, `1.5GiB`, `500MB` (0 = off)."""
+
+    info_text = "a size: bytes (1073741824, 1e9) or with a unit (512M, 2G, 1.5GiB; 500MB)"
+
+    def validate(self, obj: t.Any, value: t.Any) -> int:
+        try:
+            return parse_size(value, self.name or "size")
+        except SizeError as exc:
+            raise TraitError(str(exc)) from None
+
+    def from_string(self, s: str) -> int:
         return self.validate(None, s)
 
 
@@ -53,6 +69,26 @@ class KernelOptions(Configurable):
     quiet_budget = Duration(
         0.0,
         help="Default quiet budget: seconds a cell may run without any output before it is a runaway (0 = off).",
+    ).tag(config=True)
+
+    memory_budget = Size(
+        0,
+        help="""Default memory budget: bytes a cell may grow the kernel's resident set by
+        before it is treated as a runaway (512M, 2G; 0 = off).""",
+    ).tag(config=True)
+
+    memory_guard = Bool(
+        True,
+        help="""Interrupt the running cell when the memory the out-of-memory killer counts
+        (the kernel's cgroup working set against its limit, else the machine's used
+        memory against its total) passes the limit minus memory_guard_margin, before
+        the kernel is killed.  False turns the guard off.""",
+    ).tag(config=True)
+
+    memory_guard_margin = Size(
+        0,
+        help="""How far below the memory limit the guard interrupts (bytes or 512M, 1G).
+        0 derives it: what 5 GB/s of growth adds in 40 ms (200 MB), within 5-25 % of the limit.""",
     ).tag(config=True)
 
     on_runaway = Enum(

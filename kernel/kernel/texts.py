@@ -9,6 +9,7 @@ from __future__ import annotations
 from .. import protocol
 from ..frames import Frame, describe
 from ..runtime.execution import Execution
+from ..sizes import format_size
 
 # Why the cell was interrupted, as the first words of its error value.
 REASON_TEXT = {
@@ -16,6 +17,7 @@ REASON_TEXT = {
     protocol.REASON_SIGNAL: "interrupted (SIGINT)",
     protocol.REASON_WALL_BUDGET: "the cell ran past its wall budget",
     protocol.REASON_QUIET_BUDGET: "the cell printed nothing for its quiet budget",
+    protocol.REASON_MEMORY_BUDGET: "the cell ran past its memory budget",
     protocol.REASON_DEADLINE: "a deadline passed",
     protocol.REASON_SHUTDOWN: "the kernel is shutting down",
 }
@@ -24,9 +26,43 @@ REASON_TEXT = {
 def _reason(execution: Execution, reason: str | None = None) -> str:
     """Why the cell was (or is being) interrupted, with the budget's seconds when a budget was the reason."""
     reason = execution.cancel.reason if reason is None else reason
+    if reason == protocol.REASON_MEMORY_BUDGET:
+        return _memory_reason(execution)
     text = REASON_TEXT.get(reason or "", "interrupted")
     budget = execution.budgets.of(reason)
     return f"{text} of {budget:g} s" if budget else text
+
+
+def _memory_reason(execution: Execution) -> str:
+    record = execution.memory
+    if record.kind == protocol.MEMORY_GUARD and record.limit:
+        return f"the kernel's memory neared its limit of {format_size(record.limit)}"
+    return f"{REASON_TEXT[protocol.REASON_MEMORY_BUDGET]} of {format_size(execution.budgets.memory)}"
+
+
+def memory_clause(execution: Execution, guard_source: str) -> str:
+    """What the kernel measured at a memory trip: from how much to how much, against what."""
+    record = execution.memory
+    if record.kind == protocol.MEMORY_GUARD:
+        start = f", {format_size(record.charged_start)} when the cell began" if record.charged_start is not None else ""
+        return f"{guard_source} usage {format_size(record.at_trip or 0)}{start}"
+    start = format_size(record.resident_start) if record.resident_start is not None else "?"
+    return f"the kernel grew from {start} to {format_size(record.at_trip or 0)} resident"
+
+
+def memory_after_note(execution: Execution) -> str:
+    """After a memory trip: whether the memory came back, what still holds it, and what to do."""
+    record = execution.memory
+    before = record.resident_start if record.kind == protocol.MEMORY_BUDGET else record.charged_start
+    text = f"memory {format_size(before or 0)} when the cell began, {format_size(record.at_trip or 0)} at the trip"
+    if record.after is not None and record.at_trip:
+        came_back = record.at_trip - record.after
+        text += f", {format_size(record.after)} now"
+        text += " (it came back as the cell stopped)" if came_back > (record.at_trip - (before or 0)) / 2 else " (still held)"
+    if record.holders:
+        names = ", ".join(h["text"] for h in record.holders)
+        text += f"; the biggest names: {names}; free one with `del {record.holders[0]['name']}`, or process the data in chunks"
+    return text
 
 
 def gil_clause(seconds: float) -> str:
@@ -43,8 +79,10 @@ def interrupt_message(execution: Execution, gil_held: float = 0.0) -> str:
     return text
 
 
-def runaway_note(execution: Execution, reason: str, frames: list[Frame], *, interrupting: bool) -> str:
+def runaway_note(execution: Execution, reason: str, frames: list[Frame], *, interrupting: bool, guard_source: str = "") -> str:
     then = "interrupting it" if interrupting else "not interrupting it (on_runaway=warn)"
+    if reason == protocol.REASON_MEMORY_BUDGET:
+        return f"{_reason(execution, reason)}: {memory_clause(execution, guard_source)}; at {describe(frames)}: {then}"
     return f"{_reason(execution, reason)}, at {describe(frames)}: {then}"
 
 
@@ -68,9 +106,8 @@ def gil_note(execution: Execution, frames: list[Frame], seconds: float) -> str:
     where = describe(frames)
     overran = execution.watch.tripped or execution.overran()
     if overran and not execution.cancelled:
-        what = "wall budget" if overran == protocol.REASON_WALL_BUDGET else "quiet budget"
         return (
-            f"the cell ran past its {what} of {execution.budgets.of(overran):g} s while one C call held the GIL "
+            f"{_reason(execution, overran)} while one C call held the GIL "
             f"for {seconds:.1f} s (at {where}): it ended before the kernel could interrupt it"
         )
     return f"while this cell ran, {gil_clause(seconds)} (at {where})"

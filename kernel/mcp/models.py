@@ -82,7 +82,7 @@ class Execution(BaseModel):
     stack: list[Frame] = Field(default_factory=list, description="innermost user frames, innermost last")
     state: State | None = Field(None, description="intact | suspect (stopped mid-way) | restored (new kernel, checkpoint back) | lost (new kernel, empty)")
     restored: Restored | None = None
-    reason: str | None = Field(None, description="wall_budget | quiet_budget | manual | died")
+    reason: str | None = Field(None, description="wall_budget | quiet_budget | memory_budget | manual | died")
     error_name: str | None = None
     error_value: str | None = None
     execution_count: int | None = None

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from ..agent.errors import BadInputError
 from ..cli.options import duration_arg
 from ..durations import DurationError, parse_duration
+from ..sizes import SizeError, parse_size
 
 # An agent's cell never runs unbounded by default: ten minutes in all, two without output.
 DEFAULT_WALL_BUDGET = 600.0
@@ -101,6 +102,16 @@ def budget(name: str, value: t.Any) -> float | None:
     try:
         return parse_duration(value, name)
     except DurationError as exc:
+        raise BadInputError(f"{exc}; or leave it out for the server's default") from None
+
+
+def memory_budget(value: t.Any) -> int | None:
+    """A per-call memory budget: None takes the server's default, 0 turns it off, else bytes (the one size grammar)."""
+    if value is None:
+        return None
+    try:
+        return parse_size(value, "memory_budget")
+    except SizeError as exc:
         raise BadInputError(f"{exc}; or leave it out for the server's default") from None
 
 

@@ -187,7 +187,7 @@ class Sessions:
 
     def execute(
         self, code: str, kernel_id: t.Any, *, wall_budget: float | None, quiet_budget: float | None,
-        cell_id: str | None, retry_of: str | None, may_block: bool = True,
+        cell_id: str | None, retry_of: str | None, may_block: bool = True, memory_budget: int | None = None,
     ) -> Execution | None:
         """Submit one cell; BadInputError (nothing run) if the kernel is busy or an argument is wrong.
 
@@ -202,7 +202,7 @@ class Sessions:
                     return None
         session = self.get(kernel_id, start=True)
         if earlier is not None:
-            wall_budget, quiet_budget, cell_id = _retry_of(earlier, session, wall_budget, quiet_budget)
+            wall_budget, quiet_budget, memory_budget, cell_id = _retry_of(earlier, session, wall_budget, quiet_budget, memory_budget)
         if not session.lock.acquire(blocking=may_block):
             return None
         try:
@@ -213,7 +213,7 @@ class Sessions:
             execution_id = self.executions.new_id()
             cell = cell_id or session.cell_id_for(code, execution_id)
             try:
-                submission = session.ak.submit(code, wall_budget=wall_budget, quiet_budget=quiet_budget, cell_id=cell,
+                submission = session.ak.submit(code, wall_budget=wall_budget, quiet_budget=quiet_budget, memory_budget=memory_budget, cell_id=cell,
                                                risky=True if earlier else None, want_status=False)  # on once watched
             except BadInputError as exc:
                 raise BadInputError(session.busy_message("run the cell") if "still in progress" in str(exc) else str(exc)) from None
@@ -253,7 +253,9 @@ class Sessions:
                 _kill(leftover)
 
 
-def _retry_of(earlier: Execution, session: Session, wall: float | None, quiet: float | None) -> tuple[float | None, float | None, str]:
+def _retry_of(
+    earlier: Execution, session: Session, wall: float | None, quiet: float | None, memory: int | None
+) -> tuple[float | None, float | None, int | None, str]:
     """A fix of an earlier execution: the same cell (its one interrupt already used), the same budgets unless given."""
     if earlier.kernel_id != session.id:
         raise BadInputError(f"retry_of={earlier.id!r} ran on kernel {earlier.kernel_id!r}; retry it there (leave kernel_id out)")
@@ -264,7 +266,8 @@ def _retry_of(earlier: Execution, session: Session, wall: float | None, quiet: f
     # A budget that was off stays off (0); None would take the server's default instead.
     wall = wall if wall is not None else (budgets.get("wall_budget") or 0.0)
     quiet = quiet if quiet is not None else (budgets.get("quiet_budget") or 0.0)
-    return wall, quiet, earlier.cell_id
+    memory = memory if memory is not None else int(budgets.get("memory_budget") or 0)
+    return wall, quiet, memory, earlier.cell_id
 
 
 def _close(session: Session, why: str) -> None:

@@ -38,7 +38,8 @@ def register(server: MCPServer, sessions: Sessions) -> None:
     o = sessions.options
     budgets = (
         f"Default budgets: wall {o.wall_budget:g} s, quiet {o.quiet_budget:g} s (0 = none); "
-        "wall_budget / quiet_budget override them for this call (seconds, or '30s', '2m')."
+        "wall_budget / quiet_budget override them for this call (seconds, or '30s', '2m'); memory_budget ('2G') stops a cell "
+        "that grows the kernel by more, and the answer names the biggest variables."
     )
 
     def view(e: Execution, since: int = 0, limit: int = options.DEFAULT_MAX_CHARS, explicit: bool = False, note: str | None = None) -> CallToolResult:
@@ -62,7 +63,7 @@ def register(server: MCPServer, sessions: Sessions) -> None:
     async def execute(
         code: args.Code, ctx: Context, kernel_id: args.OptionalText = None, wall_budget: args.WallBudget = None,
         quiet_budget: args.QuietBudget = None, wait: args.Wait = None, retry_of: args.OptionalText = None,
-        cell_id: args.OptionalText = None,
+        cell_id: args.OptionalText = None, memory_budget: args.MemoryBudget = None,
     ) -> ExecutionAnswer:
         holder: list[Execution] = []
 
@@ -70,8 +71,8 @@ def register(server: MCPServer, sessions: Sessions) -> None:
             e = sessions.execute(
                 options.code_text(code), options.optional_text("kernel_id", kernel_id),
                 wall_budget=options.budget("wall_budget", wall_budget), quiet_budget=options.budget("quiet_budget", quiet_budget),
-                cell_id=options.optional_text("cell_id", cell_id), retry_of=options.optional_text("retry_of", retry_of),
-                may_block=may_block,
+                memory_budget=options.memory_budget(memory_budget), cell_id=options.optional_text("cell_id", cell_id),
+                retry_of=options.optional_text("retry_of", retry_of), may_block=may_block,
             )
             if e is not None:
                 holder.append(e)

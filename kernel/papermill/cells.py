@@ -18,6 +18,7 @@ import typing as t
 
 from ..agent.notebook import CellHooks, report_text
 from ..agent.result import CellResult
+from ..protocol import BUDGET_REASONS
 
 # Outputs of a running cell are echoed and autosaved this often (seconds).
 LIVE_EVERY = 0.25
@@ -57,7 +58,7 @@ class ErrorRules:
 def error_output(result: CellResult) -> dict[str, t.Any]:
     """The error output papermill's final check finds, for a cell that did not finish with an error of its own."""
     ename = RESTART_ENAME.get(result.status, "CellExecutionError")
-    if result.status == "interrupted" and result.reason not in ("wall_budget", "quiet_budget"):
+    if result.status == "interrupted" and result.reason not in BUDGET_REASONS:
         ename = "KeyboardInterrupt"
     evalue = result.reason_text or f"the cell ended {result.status}"
     if result.status in ("restarted", "died"):

@@ -25,13 +25,13 @@ from .cells import ErrorRules, OutputEcho, PapermillHooks
 
 # AgentKernel options a caller of papermill.execute_notebook may pass as engine keyword arguments.
 AGENT_OPTIONS = (
-    "wall_budget", "quiet_budget", "interrupt_grace", "checkpoint", "log", "log_all", "history",
+    "wall_budget", "quiet_budget", "memory_budget", "interrupt_grace", "checkpoint", "log", "log_all", "history",
     "auto_floor", "auto_factor", "auto_default", "risky_after", "kernel_budgets", "accept_abandoned_threads",
     "max_output_bytes", "extra_arguments", "env", "connection_file", "server_url", "token", "kernel_id",
     "owner_restart_wait", "spare",
 )  # fmt: skip
 # What a notebook may say about itself in metadata.cancelkernel: the policy only (where it runs is the caller's to say).
-NOTEBOOK_OPTIONS = ("wall_budget", "quiet_budget", "interrupt_grace", "checkpoint")
+NOTEBOOK_OPTIONS = ("wall_budget", "quiet_budget", "memory_budget", "interrupt_grace", "checkpoint")
 # nbclient's error options, honoured as nbclient does.
 RULE_OPTIONS = ("allow_errors", "allow_error_names", "force_raise_errors")
 # Passed by papermill to every engine; nothing to do with them here.

@@ -9,6 +9,7 @@ state; who writes which part is fixed:
   the main thread, which never takes the lock);
 - `budgets`: set at begin; `watch`: the watchdog thread (`last_output` by
   whichever thread writes the cell's output: a float store is atomic);
+- `memory`: the memory guard (at begin, on the watchdog thread, at the end);
 - `stack`, `dump`, `dump_from`: the runtime (on the watchdog thread, or when the
   interrupt is shown / the cell ends);
 - `report`, `abandoned_thread`, `checkpoint`, `notes_closed`: the kernel side,
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..frames import Frame
-from ..protocol import REASON_QUIET_BUDGET, REASON_WALL_BUDGET
+from ..protocol import REASON_MEMORY_BUDGET, REASON_QUIET_BUDGET, REASON_WALL_BUDGET
 
 if TYPE_CHECKING:
     from .deadlines import CancelScope
@@ -60,18 +61,21 @@ class Window:
 
 @dataclass
 class Budgets:
-    """Seconds the cell may run (wall), may stay silent (quiet), and a deadline over the whole cell."""
+    """Seconds the cell may run (wall), may stay silent (quiet), bytes it may grow the kernel by, a whole-cell deadline."""
 
     wall: float = 0.0  # 0 = off
     quiet: float = 0.0  # 0 = off
     timeout: float | None = None  # %%timeout / metadata "timeout": DeadlineExceeded after this long
+    memory: int = 0  # bytes of growth of the kernel's resident set since the cell began; 0 = off
 
     def of(self, reason: str | None) -> float:
-        """The budget behind a cancel reason (REASON_WALL_BUDGET / REASON_QUIET_BUDGET), 0.0 for any other reason."""
+        """The budget behind a cancel reason (seconds; bytes for REASON_MEMORY_BUDGET), 0.0 for any other reason."""
         if reason == REASON_WALL_BUDGET:
             return self.wall
         if reason == REASON_QUIET_BUDGET:
             return self.quiet
+        if reason == REASON_MEMORY_BUDGET:
+            return float(self.memory)
         return 0.0
 
 
@@ -99,6 +103,24 @@ class WatchState:
 
     def seconds_since_output(self) -> float:
         return time.monotonic() - self.last_output
+
+
+@dataclass
+class MemoryRecord:
+    """What the kernel measured of a cell's memory, in bytes (None: not measured).
+
+    `resident` is the kernel process's resident set (what a cell's budget
+    counts); `charged` is what its limit counts (the cgroup's working set,
+    or the machine's used memory): what the guard watches.
+    """
+
+    resident_start: int | None = None
+    charged_start: int | None = None
+    kind: str | None = None  # protocol.MEMORY_BUDGET | MEMORY_GUARD once it tripped
+    at_trip: int | None = None  # the tripped measure (resident for a budget, charged for the guard) at the trip
+    after: int | None = None  # the same measure once the cell had ended
+    limit: int | None = None  # the limit the guard keeps below (cgroup or machine), when it tripped
+    holders: list[dict] = field(default_factory=list)  # the biggest names of the namespace once it ended
 
 
 @dataclass
@@ -144,6 +166,7 @@ class Execution:
     notes_closed: bool = False  # its traceback is shown or it ended: no live note may follow
     abandoned_thread: str | None = None  # worker mode: the exec thread given up on (blocked in C)
     checkpoint: dict[str, Any] = field(default_factory=dict)  # {"before": ..., "autosave": ...} when saved
+    memory: MemoryRecord = field(default_factory=MemoryRecord)
 
     @property
     def first_line(self) -> str:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 # v1 writes "no limit" as the largest page-aligned signed 64-bit number; anything this big is none.
 _UNLIMITED = 2**62
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 def _read(path: str) -> str | None:
@@ -46,17 +46,19 @@ class MemoryCgroup:
     version: int  # 1 or 2
     path: str
 
+    def raw_usage(self) -> int | None:
+        """The cgroup's whole charge in bytes, page cache included (one small read)."""
+        text = _read(os.path.join(self.path, "memory.current" if self.version == 2 else "memory.usage_in_bytes"))
+        return int(text) if text is not None else None
+
     def usage(self) -> int | None:
         """The working set in bytes: the cgroup's charge minus its inactive file pages."""
-        if self.version == 2:
-            current, stat = _read(os.path.join(self.path, "memory.current")), _read(os.path.join(self.path, "memory.stat"))
-            inactive = _stat_field(stat, "inactive_file")
-        else:
-            current, stat = _read(os.path.join(self.path, "memory.usage_in_bytes")), _read(os.path.join(self.path, "memory.stat"))
-            inactive = _stat_field(stat, "total_inactive_file", "inactive_file")
+        current = self.raw_usage()
         if current is None:
             return None
-        return max(0, int(current) - (inactive or 0))
+        stat = _read(os.path.join(self.path, "memory.stat"))
+        inactive = _stat_field(stat, "inactive_file") if self.version == 2 else _stat_field(stat, "total_inactive_file", "inactive_file")
+        return max(0, current - (inactive or 0))
 
     def limit(self) -> int | None:
         """The smallest limit of this cgroup and its ancestors; None when there is none."""
@@ -85,6 +87,30 @@ class MemoryCgroup:
         """How many processes the OOM killer took in this cgroup so far."""
         name = "memory.events" if self.version == 2 else "memory.oom_control"
         return _stat_field(_read(os.path.join(self.path, name)), "oom_kill")
+
+
+class OpenFile:
+    """A /proc or cgroup file kept open and read again with pread: about 2 us a read instead of 40 (open, read, close)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        try:
+            self._fd: int | None = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            self._fd = None
+
+    def read(self) -> str | None:
+        if self._fd is None:
+            return None
+        try:
+            return os.pread(self._fd, 4096, 0).decode()
+        except OSError:
+            return None
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def parse_proc_cgroup(text: str) -> tuple[str | None, str | None]:
@@ -148,7 +174,7 @@ def cgroup_of(pid: int | str = "self") -> MemoryCgroup | None:
 def resident_bytes(pid: int | str = "self") -> int | None:
     """The process's resident set in bytes (children not included)."""
     text = _read(f"/proc/{pid}/statm")
-    return int(text.split()[1]) * _PAGE if text else None
+    return int(text.split()[1]) * PAGE_SIZE if text else None
 
 
 def machine_bytes() -> int | None:

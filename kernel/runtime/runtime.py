@@ -17,8 +17,8 @@ import weakref
 from collections.abc import Callable
 from typing import Protocol
 
-from .. import native
-from ..frames import Frame, dumped_stack
+from .. import last_cell, native
+from ..frames import Frame, describe, dumped_stack
 from ..protocol import STACK_DUMP, STACK_RUNAWAY, STACK_UNRESPONSIVE
 from .cooperative import CooperativeWaits
 from .core import CancellationCore
@@ -26,6 +26,7 @@ from .deadlines import CancelScope, CellContext, DeadlineRegistry, fail_after
 from .dumps import DumpFile
 from .execution import Budgets, Execution, StackRecord
 from .executors import Executor, make_executor
+from .memory_guard import GuardSettings, MemoryGuard
 from .signals import SigintOwner
 from .stacks import thread_stack
 from .watchdog import MIN_STARVED, Watchdog
@@ -53,6 +54,8 @@ class Runtime:
         interrupt_on_trip: bool = True,
         gil_yield: float = 0.0,
         switch_interval: float = 0.0,
+        memory_guard: GuardSettings | None = None,
+        record_path: str | None = None,
     ):
         self.mode = mode
         self.grace = grace
@@ -62,8 +65,18 @@ class Runtime:
         self.core = CancellationCore()
         self.sigint = SigintOwner(self.core)
         self.dumps = DumpFile(dump_path)
+        self.memory = MemoryGuard(memory_guard or GuardSettings())
+        self.record_path = record_path
+        self._record_written = 0.0  # monotonic time of the last write of the running-cell record (0: none on disk)
+        self._record_lock = threading.Lock()
         self.watchdog = Watchdog(
-            self.core, grace=grace, dumps=self.dumps, on_trip=self._on_trip, on_unresponsive=self._on_unresponsive
+            self.core,
+            grace=grace,
+            dumps=self.dumps,
+            on_trip=self._on_trip,
+            on_unresponsive=self._on_unresponsive,
+            memory=self.memory,
+            on_tick=self._keep_record if record_path else None,
         )
         self.waits = CooperativeWaits(self.core)
         self.waits.install()
@@ -105,6 +118,7 @@ class Runtime:
         dump_from = self.dumps.position()
         execution = self.core.begin(msg_id, code, thread_id=thread_id, subshell_id=subshell_id)
         execution.budgets = budgets
+        self.memory.begin(execution)
         execution.dump_from = dump_from
         if budgets.timeout:
             scope = fail_after(budgets.timeout)
@@ -127,8 +141,11 @@ class Runtime:
         if starved >= MIN_STARVED:
             execution.watch.starved = max(execution.watch.starved, starved)  # the cell held the GIL to its end
         self.core.end(execution)
+        self.memory.end(execution)
         idle = lambda: not self.core.running()  # noqa: E731 - checked under the dump's lock
         self.dumps.disarm_if(idle)
+        if idle():
+            self._drop_record()
         self.take_dump(execution)
         if idle():
             self.dumps.reset()
@@ -162,9 +179,47 @@ class Runtime:
 
     def close(self) -> None:
         self.watchdog.stop()
+        self._drop_record()
         self.executor.shutdown()
         self.waits.uninstall()
         self.dumps.close()
+
+    # -- the running-cell record (last_cell.py) --
+
+    def _keep_record(self, running: list[Execution], now: float) -> None:
+        """Watchdog tick: (re)write the record of the oldest cell once it has run RECORD_AFTER, every REWRITE_EVERY."""
+        execution = min(running, key=lambda e: e.started)
+        if execution.ended or now - execution.started < last_cell.RECORD_AFTER:
+            return
+        cgroup = self.memory.view.cgroup
+        # Near the limit a death is likely soon: every tick then, so the record says how close it came.
+        near = self.memory.nearing_limit()
+        if now - self._record_written < (0.0 if near else last_cell.REWRITE_EVERY):
+            return
+        record = last_cell.new_record(
+            msg_id=execution.msg_id,
+            where=describe(self.stack_of(execution)),
+            elapsed=round(now - execution.started, 3),
+            charged=self.memory.charged_now(),
+            limit=self.memory.limit,
+            source=self.memory.view.source,
+            cgroup=cgroup.path if cgroup is not None else None,
+            cgroup_version=cgroup.version if cgroup is not None else None,
+            cgroup_oom_kills=cgroup.oom_kills() if cgroup is not None else None,
+            machine_oom_kills=last_cell.machine_oom_kills(),
+        )
+        assert self.record_path is not None
+        with self._record_lock:
+            if execution.ended:
+                return  # it ended while the record was built: the end already removed it
+            last_cell.write(self.record_path, record)
+            self._record_written = now
+
+    def _drop_record(self) -> None:
+        with self._record_lock:
+            if self._record_written and self.record_path:
+                last_cell.remove(self.record_path)
+                self._record_written = 0.0
 
     # -- what the watchdog found --
 

@@ -1,7 +1,8 @@
 """The watchdog: a thread of its own that notices runaway and unresponsive cells.
 
-For every running execution it checks the wall budget (seconds of execution)
-and the quiet budget (seconds without output), and reports an interrupt that
+For every running execution it checks the wall budget (seconds of execution),
+the quiet budget (seconds without output) and the memory budget and guard
+(memory_guard.py: one sample of the kernel's memory per tick), and reports an interrupt that
 did not stop the cell within the grace period.  It also fires expired
 deadline scopes, raises in a worker whose awaiting cell ignored its task
 cancel, beats the GIL-yield heartbeat, pushes the stack dump's dead man's
@@ -22,6 +23,7 @@ from .core import CancellationCore
 from .deadlines import DeadlineRegistry
 from .dumps import DumpFile
 from .execution import Execution
+from .memory_guard import MemoryGuard
 
 log = logging.getLogger("cancelkernel")
 
@@ -44,8 +46,12 @@ class Watchdog:
         dumps: DumpFile,
         on_trip: Callable[[Execution, str], None],
         on_unresponsive: Callable[[Execution], None],
+        memory: MemoryGuard | None = None,
+        on_tick: Callable[[list[Execution], float], None] | None = None,
     ):
         self.core = core
+        self.memory = memory
+        self._on_tick = on_tick
         self.grace = grace
         self.dumps = dumps
         self.deadlines = DeadlineRegistry(core, self.wake)
@@ -122,12 +128,19 @@ class Watchdog:
             if gap >= MIN_STARVED and gap > execution.watch.starved and not execution.ended:
                 execution.watch.starved = gap
         self._last_tick = now if running else None
+        if self.memory is not None and running:
+            try:
+                self.memory.sample(running)
+            except Exception as exc:  # noqa: BLE001 - a failing memory read must not stop the time budgets below
+                self._log_once(exc)
         scope = self.deadlines.expired(now)
         if scope is not None and not self.core.fire_scope(scope):
             self._wake.wait(TICK)  # between statements: try again when user code resumes
         for execution in running:
             self.check(execution, now)
         self._push_dump_deadline(running, now)
+        if self._on_tick is not None and running:
+            self._on_tick(running, now)
 
     def check(self, execution: Execution, now: float) -> None:
         """One look at one execution."""
@@ -137,7 +150,7 @@ class Watchdog:
         if state.escalate_at is not None and now >= state.escalate_at:
             self.core.escalate(execution)
         if watch.tripped is None and not execution.cancelled:
-            watch.tripped = execution.overran(now)
+            watch.tripped = execution.overran(now) or (self.memory.over(execution) if self.memory is not None else None)
             if watch.tripped is not None:
                 self._on_trip(execution, watch.tripped)
         if (

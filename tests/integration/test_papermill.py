@@ -119,15 +119,14 @@ def test_execution_timeout_interrupts_once_then_papermill_stops(tmp_path: Any) -
         new_code_cell("import time\nprint('sleeping', flush=True)\ntime.sleep(60)"),
         new_code_cell("print('after')"),
     ])  # fmt: skip
-    started = time.monotonic()
     done = _papermill(src, out, "-k", "cancelkernel", "--engine", "cancelkernel", "--execution-timeout", "1")
-    assert time.monotonic() - started < 60  # the cell was stopped, not waited for
     assert done.returncode == 1 and "PapermillExecutionError" in done.stderr, done.stderr
     assert "KeyboardInterrupt" in done.stderr
     nb = nbformat.read(out, as_version=4)
     cell = _cell(nb, "import time")
     report = _report(cell)
     assert (report["status"], report["reason"]) == ("interrupted", "wall_budget")
+    assert report["elapsed"] < 60  # the cell was stopped, not waited for (its sleep was 60 s)
     assert [a["action"] for a in report["actions"]] == ["interrupt"]
     assert "sleeping\n" in _texts(cell) and "cancelkernel agent: interrupted" in _texts(cell)
     assert _errors(cell) == ["KeyboardInterrupt"]

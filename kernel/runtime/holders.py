@@ -1,0 +1,105 @@
+"""What holds the memory: the biggest names of a namespace, with type and size, estimated cheaply.
+
+Sizes are what an object says of itself where it can (numpy's `nbytes`,
+pandas' `memory_usage(deep=True)`, the length of bytes/bytearray/str/
+memoryview), else `sys.getsizeof`.  A container is estimated from a sample
+of at most SAMPLE items (one level deep), scaled by its length: a list of a
+million floats costs the same as a list of a hundred.  The whole walk stops
+after `time_limit` seconds (names not reached are not reported), so a huge
+namespace never delays the report by more than that (benchmarks/memory.py
+measures it).  Objects reachable from two names are counted under each.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import time
+import typing as t
+
+from ..sizes import format_size
+
+SAMPLE = 64
+# Sizes below this are not worth a line in the report.
+SMALL = 1 << 20
+
+
+def _own_size(value: object) -> int | None:
+    """Bytes an object reports of itself (arrays and frames), None when it does not."""
+    usage = getattr(value, "memory_usage", None)
+    if callable(usage) and (hasattr(value, "columns") or type(value).__name__ == "Series"):
+        try:
+            total = usage(deep=True)  # pandas: per column for a DataFrame, one number for a Series
+            return int(total.sum()) if hasattr(total, "sum") else int(sum(total)) if isinstance(total, (list, tuple)) else int(total)
+        except Exception:  # noqa: BLE001 - a foreign object's method: fall back to getsizeof
+            return None
+    nbytes = getattr(value, "nbytes", None)
+    if isinstance(nbytes, int) and not isinstance(nbytes, bool):
+        return nbytes
+    return None
+
+
+def estimate(value: object, depth: int = 1) -> int:
+    """Bytes held by `value`, estimated (see the module docstring)."""
+    own = _own_size(value)
+    if own is not None:
+        return own
+    try:
+        size = sys.getsizeof(value)
+    except Exception:  # noqa: BLE001 - a broken __sizeof__
+        return 0
+    if depth <= 0 or isinstance(value, (str, bytes, bytearray, memoryview)):
+        return size
+    items: t.Iterable[object]
+    if isinstance(value, dict):
+        length = len(value)
+        items = itertools.chain.from_iterable(itertools.islice(value.items(), SAMPLE))
+        sampled = min(length, SAMPLE) * 2
+        length *= 2
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        length = len(value)
+        items = itertools.islice(value, SAMPLE)
+        sampled = min(length, SAMPLE)
+    else:
+        return size
+    if not sampled:
+        return size
+    try:
+        inner = sum(estimate(item, depth - 1) for item in items)
+    except RuntimeError:  # changed size while sampled (another thread)
+        return size
+    return size + int(inner * length / sampled)
+
+
+def describe_type(value: object) -> str:
+    """'list of 41 bytearray', 'ndarray float64 (1000, 1000)', 'DataFrame 10000x3', 'bytes'."""
+    name = type(value).__name__
+    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+    if name == "DataFrame" and isinstance(shape, tuple) and len(shape) == 2:
+        return f"DataFrame {shape[0]}x{shape[1]}"
+    if isinstance(shape, tuple) and dtype is not None:
+        return f"{name} {dtype} {shape}"
+    if isinstance(value, (list, tuple, set, frozenset, dict)):
+        sample = list(itertools.islice(value.values() if isinstance(value, dict) else value, SAMPLE))
+        kinds = {type(item).__name__ for item in sample}
+        what = kinds.pop() if len(kinds) == 1 else "items"
+        return f"{name} of {len(value)} {what}"
+    return name
+
+
+def biggest_names(namespace: dict[str, object], *, count: int = 5, time_limit: float = 0.05) -> list[dict]:
+    """The `count` biggest names of `namespace` (at least SMALL bytes each): name, type, bytes, text."""
+    deadline = time.monotonic() + time_limit
+    found: list[tuple[int, str, object]] = []
+    for name, value in list(namespace.items()):
+        if name.startswith("_") or type(value).__name__ in ("module", "function", "type", "builtin_function_or_method"):
+            continue
+        found.append((estimate(value), name, value))
+        if time.monotonic() > deadline:
+            break
+    found.sort(key=lambda item: item[0], reverse=True)
+    return [
+        {"name": name, "type": describe_type(value), "bytes": size, "text": f"{name} ({describe_type(value)}, {format_size(size)})"}
+        for size, name, value in found[:count]
+        if size >= SMALL
+    ]

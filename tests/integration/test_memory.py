@@ -1,0 +1,183 @@
+"""Memory runaways in real memory cgroups made by the test: budgets, the guard below the limit, deaths named with evidence.
+
+Each test makes its own cgroup (v2 where writable, else v1), moves only the
+kernel it started into it, and removes it after (cancelkernel.testing.cgroups).
+Where no cgroup can be made (not root), the tests fail saying why: CI runs as root.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from cancelkernel import protocol
+from cancelkernel.agent import AgentKernel
+from cancelkernel.runtime.memory_guard import derived_margin
+from cancelkernel.testing import MODES, control_request, create_subshell, interrupt, running_kernel, send_execute, wait_reply, wait_running
+from cancelkernel.testing.cgroups import memory_cgroup
+
+GiB, MiB = 2**30, 2**20
+# A growth loop in steps of 10 MB, under a name the report must find.
+GROW = "held = []\nwhile True:\n    held.append(bytearray(10 * 2**20))"
+
+
+def pid_of(km) -> int:
+    pid = km.provisioner.pid
+    assert isinstance(pid, int), "the kernel's pid is not known"
+    return pid
+
+
+def run(kc, code: str, *, metadata: dict | None = None, subshell_id: str | None = None, timeout: float = 120.0) -> dict:
+    return wait_reply(kc, send_execute(kc, code, metadata=metadata, subshell_id=subshell_id), timeout=timeout)
+
+
+def value(kc, expression: str) -> str:
+    reply = wait_reply(kc, kc.execute("", user_expressions={"v": expression}))
+    return str(reply["content"]["user_expressions"]["v"]["data"]["text/plain"])
+
+
+def notes_of(kc, msg_id: str) -> list[dict]:
+    """The events our kernel published into the cell msg_id (its notes), from what iopub holds now."""
+    found = []
+    while True:
+        try:
+            msg = kc.get_iopub_msg(timeout=0.5)
+        except Exception:  # noqa: BLE001 - queue.Empty: nothing more
+            return found
+        if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "display_data":
+            event = msg["content"].get("transient", {}).get(protocol.EVENT_MIME)
+            if event:
+                found.append(event)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_cell_past_its_memory_budget_is_interrupted_and_told_what_holds_it(mode) -> None:
+    with memory_cgroup(4 * GiB) as cgroup, running_kernel(mode) as (km, kc):
+        cgroup.add(pid_of(km))
+        assert run(kc, "keep = 'still here'")["content"]["status"] == "ok"
+        reply = run(kc, "%%budget memory=200M\n" + GROW)
+        meta = reply["metadata"][protocol.KEY]
+        assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt", reply["content"]
+        assert "memory budget of 200 MiB" in reply["content"]["evalue"]
+        assert meta["reason"] == protocol.REASON_MEMORY_BUDGET and meta["interrupts_sent"] == 1
+        memory = meta["memory"]
+        assert memory["kind"] == protocol.MEMORY_BUDGET and memory["budget"] == 200 * MiB
+        grown = memory["at_trip"] - memory["start"]
+        # Stopped past the budget, by less than what the fastest growth adds between a sample and the interrupt.
+        assert 200 * MiB < grown < 200 * MiB + derived_margin(4 * GiB), memory
+        count = int(value(kc, "len(held)"))
+        assert memory["holders"][0]["name"] == "held" and memory["holders"][0]["type"] == f"list of {count} bytearray", memory
+        assert abs(memory["holders"][0]["bytes"] - count * 10 * MiB) < MiB  # the estimate is the real size
+        assert memory["after"] is not None and memory["after"] >= 200 * MiB  # `held` keeps it: not come back
+        assert value(kc, "keep") == "'still here'"  # the kernel lives, the other variables are intact
+        assert cgroup.oom_kills() == 0
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_guard_stops_a_growth_loop_before_the_oom_killer(mode) -> None:
+    with memory_cgroup(1 * GiB) as cgroup, running_kernel(mode) as (km, kc):
+        cgroup.add(pid_of(km))
+        assert run(kc, "keep = 42")["content"]["status"] == "ok"
+        msg_id = send_execute(kc, GROW)
+        reply = wait_reply(kc, msg_id, timeout=120)
+        meta = reply["metadata"][protocol.KEY]
+        assert reply["content"]["status"] == "error" and meta["reason"] == protocol.REASON_MEMORY_BUDGET, reply["content"]
+        memory = meta["memory"]
+        assert memory["kind"] == protocol.MEMORY_GUARD and memory["limit"] == GiB
+        assert GiB - derived_margin(GiB) <= memory["at_trip"] < GiB, memory
+        assert "neared its limit of 1 GiB" in reply["content"]["evalue"]
+        events = notes_of(kc, msg_id)
+        kinds = [e["event"] for e in events]
+        assert kinds == [protocol.EVENT_RUNAWAY, protocol.EVENT_MEMORY], kinds
+        assert "held (list of" in events[1]["message"] and "del held" in events[1]["message"]
+        assert value(kc, "keep") == "42" and cgroup.oom_kills() == 0
+        # Freed, the next cell has the memory again.
+        assert run(kc, "del held\nok = bytearray(100 * 2**20)")["content"]["status"] == "ok"
+
+
+def test_a_subshell_cell_has_its_own_memory_budget(kernel) -> None:
+    """The parent shell's cell (no budget) runs on while the subshell's cell trips on its own budget."""
+    km, kc = kernel
+    with memory_cgroup(4 * GiB) as cgroup:
+        cgroup.add(pid_of(km))
+        sub = create_subshell(kc)
+        parent = send_execute(kc, "import time\nwhile True:\n    time.sleep(0.01)")
+        wait_running(kc, parent)
+        reply = run(kc, GROW, metadata={protocol.KEY: {"memory_budget": "150M"}}, subshell_id=sub)
+        meta = reply["metadata"][protocol.KEY]
+        assert meta["reason"] == protocol.REASON_MEMORY_BUDGET and meta["memory"]["kind"] == protocol.MEMORY_BUDGET
+        assert meta["budgets"]["memory_budget"] == 150 * MiB
+        running = [e["msg_id"] for e in _status(kc)["executions"]]
+        assert running == [parent]  # the parent's cell was not blamed
+        assert interrupt(kc, parent)["interrupted"]
+        assert wait_reply(kc, parent)["content"]["ename"] == "KeyboardInterrupt"
+
+
+def _status(kc) -> dict:
+    return control_request(kc, protocol.CANCEL_STATUS_REQUEST)["content"]
+
+
+def test_a_death_is_named_with_evidence_and_the_next_kernel_says_so() -> None:
+    """Guard off: a real OOM kill; the restarted kernel names it (cgroup count) in kernel_info and in its first cell."""
+    with memory_cgroup(1 * GiB) as cgroup, running_kernel("main", extra_arguments=["--CancelKernel.memory_guard=False"]) as (km, kc):
+        cgroup.add(pid_of(km))
+        send_execute(kc, GROW)
+        deadline = time.monotonic() + 120
+        while km.is_alive():
+            assert time.monotonic() < deadline, "the kernel outlived a growth loop in a 1 GiB cgroup with the guard off"
+            time.sleep(0.05)
+        assert cgroup.oom_kills() >= 1
+        km.restart_kernel(now=True)
+        kc.wait_for_ready(timeout=60)
+        info = wait_reply(kc, kc.kernel_info())["content"][protocol.KEY]
+        previous = info["previous_kernel"]
+        assert previous["cause"] == "oom" and "cgroup rose" in previous["evidence"], previous
+        assert "killed by the out-of-memory killer" in previous["message"] and "line 3" in previous["message"]
+        said = []
+        msg_id = kc.execute("first = 1")
+        wait_reply(kc, msg_id)
+        while True:
+            try:
+                msg = kc.get_iopub_msg(timeout=1)
+            except Exception:  # noqa: BLE001 - queue.Empty
+                break
+            if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "stream":
+                said.append(msg["content"]["text"])
+        assert any("the previous kernel" in text and "out-of-memory killer" in text for text in said), said
+        assert not os.path.exists(info["running_record"])  # read once: the kernel after this one will not say it again
+
+
+@pytest.mark.parametrize("kernel_name", ["cancelkernel", "python3"])
+def test_the_agent_reports_an_oom_death_with_its_cause_and_restores(kernel_name) -> None:
+    """A single C call past the limit (no guard can act inside it): died, cause oom, state restored; stock too."""
+    ours = kernel_name == "cancelkernel"
+    with memory_cgroup(1 * GiB) as cgroup:
+        ak = AgentKernel(kernel_name, checkpoint="before-risky" if ours else "off", spare=False)
+        try:
+            ak.start()
+            assert ak.run("x = 42", risky=False).ok
+            assert ak.pid is not None
+            cgroup.add(ak.pid)
+            r = ak.run("big = bytearray(3 * 2**30)", risky=True)
+            assert r.status == "died" and r.cause == "oom", r.summary()
+            assert "out-of-memory killer" in (r.reason_text or "") and "rose from" in (r.reason_text or ""), r.reason_text
+            if ours:
+                assert r.state == "restored" and "x" in r.restored, r.summary()
+                assert ak.run("print(x)").text == "42\n"
+            else:
+                assert r.state == "lost"  # stock ipykernel keeps no checkpoint: its state is gone
+        finally:
+            ak.close()
+
+
+def test_memory_status_names_the_limit_and_the_guard() -> None:
+    with memory_cgroup(2 * GiB) as cgroup, running_kernel("main") as (km, kc):
+        cgroup.add(pid_of(km))
+        run(kc, "pass")  # the kernel learns its new cgroup when a cell begins
+        memory = _status(kc)["memory"]
+        assert memory["source"] == f"cgroup v{cgroup.version}" and memory["limit"] == 2 * GiB
+        assert memory["guard_at"] == 2 * GiB - derived_margin(2 * GiB)
+        assert json.loads(json.dumps(memory)) == memory  # plain JSON for any client
