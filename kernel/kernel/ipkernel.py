@@ -92,7 +92,7 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
             interrupt_on_trip=self.on_runaway == "interrupt",
             gil_yield=self.gil_yield,
             switch_interval=self.switch_interval,
-            memory_guard=GuardSettings(enabled=self.memory_guard, margin=self.memory_guard_margin),
+            memory_guard=GuardSettings(enabled=self.memory_guard, margin=self.memory_guard_margin, data_limit=self.memory_data_limit),
             record_path=record_path,
         )
         # Stock swaps input/getpass around each cell; with two cells at once the saved originals were lost.

@@ -91,6 +91,15 @@ class KernelOptions(Configurable):
         0 derives it: what 5 GB/s of growth adds in 40 ms (200 MB), within 5-25 % of the limit.""",
     ).tag(config=True)
 
+    memory_data_limit = Bool(
+        True,
+        help="""With a cgroup memory limit, set RLIMIT_DATA to that limit plus what the kernel maps
+        without using (thread stacks, arenas; at least 256 MiB), so that one
+        allocation bigger than the limit (bytearray(10**10), numpy.ones((n, n))) raises MemoryError
+        instead of meeting the out-of-memory killer.  Child processes inherit it (a JVM with a large
+        -Xmx would not start).  False leaves the data limit as inherited.""",
+    ).tag(config=True)
+
     on_runaway = Enum(
         ["interrupt", "warn"],
         default_value="interrupt",

@@ -23,8 +23,14 @@ between 5 % and 25 % of the limit.  The files read on every tick are kept open
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
+
+try:
+    import resource
+except ImportError:  # not on Windows: no data limit there
+    resource = None  # type: ignore[assignment]
 
 from ..protocol import MEMORY_BUDGET, MEMORY_GUARD, REASON_MEMORY_BUDGET
 from .execution import Execution
@@ -36,6 +42,13 @@ FASTEST_GROWTH = 5e9
 REACTION = 0.04  # two watchdog ticks: the sample that sees it, and the interrupt taking effect
 NEAR = 0.5  # past this share of its limit the running-cell record is rewritten every tick
 GUARD_MIN_GROWTH = 16 * 2**20  # a cell that grew the kernel by less did not cause the shortage
+# RLIMIT_DATA is set above a cgroup's limit by what the kernel maps but does not touch (thread stacks,
+# arenas: VmData minus resident when it is set) plus this, at least DATA_LIMIT_SLACK: a growth loop meets
+# the guard first, and one allocation bigger than the limit fails at once.
+DATA_LIMIT_SLACK = 256 * 2**20
+UNTOUCHED_SLACK = 128 * 2**20
+
+log = logging.getLogger("cancelkernel")
 
 
 def derived_margin(limit: int) -> int:
@@ -52,12 +65,25 @@ def machine_used(meminfo: str | None) -> int | None:
         return None
 
 
+def _vm_data() -> int | None:
+    """The process's private data mappings (VmData), what RLIMIT_DATA counts."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmData:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        return None
+    return None
+
+
 @dataclass(frozen=True)
 class GuardSettings:
     """The guard's configuration (kernel options memory_guard, memory_guard_margin)."""
 
     enabled: bool = True
     margin: int = 0  # bytes below the limit; 0 = derived_margin(limit)
+    data_limit: bool = True  # RLIMIT_DATA at a cgroup's limit + DATA_LIMIT_SLACK: one huge allocation is a MemoryError
 
 
 class MemoryGuard:
@@ -73,6 +99,9 @@ class MemoryGuard:
         self._raw = self._open_raw()
         self.resident: int | None = None  # the latest samples
         self.charged: int | None = None
+        self.data_limit: int | None = None  # RLIMIT_DATA set from the cgroup's limit (None: not set)
+        self._inherited_data_limit = resource.getrlimit(resource.RLIMIT_DATA) if resource is not None else None
+        self._apply_data_limit()
 
     def _open_raw(self) -> OpenFile | None:
         cgroup = self.view.cgroup
@@ -105,6 +134,31 @@ class MemoryGuard:
             if self._raw is not None:
                 self._raw.close()
             self._raw = self._open_raw()
+            self._apply_data_limit()
+
+    def _apply_data_limit(self) -> None:
+        """RLIMIT_DATA from the cgroup's limit (none without a cgroup limit: what the process inherited)."""
+        if resource is None or self._inherited_data_limit is None or not self.settings.data_limit:
+            return
+        soft, hard = self._inherited_data_limit
+        wanted = soft
+        in_use, resident = _vm_data(), self._resident_now()
+        if self.view.cgroup is not None and self.limit is not None:
+            untouched = in_use - resident if in_use is not None and resident is not None else 0
+            wanted = self.limit + max(DATA_LIMIT_SLACK, untouched + UNTOUCHED_SLACK)
+            if hard != resource.RLIM_INFINITY:
+                wanted = min(wanted, hard)
+            if soft != resource.RLIM_INFINITY:
+                wanted = min(wanted, soft)
+            if in_use is not None and in_use > wanted - DATA_LIMIT_SLACK:
+                log.warning("memory: not setting RLIMIT_DATA to %d: the kernel already maps %d bytes of data", wanted, in_use)
+                wanted = soft
+        try:
+            resource.setrlimit(resource.RLIMIT_DATA, (wanted, hard))
+        except (ValueError, OSError) as exc:
+            log.warning("memory: RLIMIT_DATA could not be set (%s); a single huge allocation will meet the OOM killer", exc)
+            return
+        self.data_limit = None if wanted == soft else wanted
 
     @property
     def limit(self) -> int | None:
@@ -188,6 +242,7 @@ class MemoryGuard:
             "limit": self.limit,
             "guard_at": self.guard_at,
             "margin": self.margin,
+            "data_limit": self.data_limit,
             "resident": resident_bytes(),
             "charged": self.charged_now(),
             "machine": machine_bytes(),

@@ -15,7 +15,7 @@ import pytest
 
 from cancelkernel import protocol
 from cancelkernel.agent import AgentKernel
-from cancelkernel.runtime.memory_guard import derived_margin
+from cancelkernel.runtime.memory_guard import DATA_LIMIT_SLACK, derived_margin
 from cancelkernel.testing import MODES, control_request, create_subshell, interrupt, running_kernel, send_execute, wait_reply, wait_running
 from cancelkernel.testing.cgroups import memory_cgroup
 
@@ -150,12 +150,25 @@ def test_a_death_is_named_with_evidence_and_the_next_kernel_says_so() -> None:
         assert not os.path.exists(info["running_record"])  # read once: the kernel after this one will not say it again
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_one_allocation_past_the_limit_is_a_memory_error_not_a_kill(mode) -> None:
+    """RLIMIT_DATA at the cgroup's limit (+ slack): the kernel lives, nothing is lost."""
+    with memory_cgroup(1 * GiB) as cgroup, running_kernel(mode) as (km, kc):
+        cgroup.add(pid_of(km))
+        assert run(kc, "keep = 42")["content"]["status"] == "ok"  # the kernel learns its cgroup as a cell begins
+        reply = run(kc, "big = bytearray(3 * 2**30)")
+        assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "MemoryError", reply["content"]
+        assert value(kc, "keep") == "42" and cgroup.oom_kills() == 0
+        assert GiB + DATA_LIMIT_SLACK <= _status(kc)["memory"]["data_limit"] < 2 * GiB
+
+
 @pytest.mark.parametrize("kernel_name", ["cancelkernel", "python3"])
 def test_the_agent_reports_an_oom_death_with_its_cause_and_restores(kernel_name) -> None:
-    """A single C call past the limit (no guard can act inside it): died, cause oom, state restored; stock too."""
+    """A single C call past the limit, no data limit (ours: turned off; stock has none): died, cause oom; ours restores."""
     ours = kernel_name == "cancelkernel"
     with memory_cgroup(1 * GiB) as cgroup:
-        ak = AgentKernel(kernel_name, checkpoint="before-risky" if ours else "off", spare=False)
+        extra = ["--CancelKernel.memory_data_limit=False"] if ours else None
+        ak = AgentKernel(kernel_name, checkpoint="before-risky" if ours else "off", spare=False, extra_arguments=extra)
         try:
             ak.start()
             assert ak.run("x = 42", risky=False).ok
