@@ -162,3 +162,20 @@ def test_kernel_auto_restarted_by_its_owner_returns_died(tmp_path: Any) -> None:
         owner.wait(timeout=30)
         if owner.stdout is not None:
             owner.stdout.close()
+
+
+def test_memory_budgets_from_the_flag_and_from_a_cell_tag(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    grow = "grown = []\nwhile True:\n    grown.append(bytearray(10 * 2**20))"
+    assert exec_main(["-c", grow, "--memory-budget", "lots"]) == 2
+    assert "--memory-budget='lots' is not a size" in capsys.readouterr().err
+    assert exec_main(["-c", grow, "--memory-budget", "100M", "--json"]) == 1
+    result = json.loads(capsys.readouterr().out)
+    assert (result["status"], result["reason"]) == ("interrupted", "memory_budget"), result["reason_text"]
+    assert result["memory"]["kind"] == "budget" and result["memory"]["holders"][0]["name"] == "grown"
+    src, out = os.path.join(str(tmp_path), "nb.ipynb"), os.path.join(str(tmp_path), "out.ipynb")
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(grow, metadata={"tags": ["memory-budget=100M"]}), nbformat.v4.new_code_cell("print('next')")]
+    nbformat.write(nb, src)
+    assert run_main([src, "-o", out, "--allow-errors"]) == 1
+    cell = nbformat.read(out, as_version=4).cells[0]
+    assert cell.metadata["cancelkernel"]["agent"]["reason"] == "memory_budget"

@@ -75,6 +75,17 @@ def test_a_runaway_is_interrupted_once_and_its_retry_escalates(mcp: McpServer) -
     assert mcp.call("execute", code="1 + 1")["status"] == "ok"
 
 
+def test_a_memory_budget_stops_a_growing_cell_and_names_what_holds_it(mcp: McpServer) -> None:
+    grow = "grown = []\nwhile True:\n    grown.append(bytearray(10 * 2**20))"
+    bad = mcp.call("execute", code=grow, memory_budget="lots")
+    assert bad.is_error and "is not a size" in bad.text, bad
+    r = mcp.call("execute", code=grow, memory_budget="100M")
+    assert r.is_error and (r["status"], r["reason"]) == ("interrupted", "memory_budget"), r
+    assert "memory budget of 100 MiB" in r["why"] and "del grown" in r["why"], r["why"]
+    assert r["budgets"]["memory_budget"] == 100 * 2**20
+    assert mcp.call("execute", code="del grown\nlen('ok')")["status"] == "ok"
+
+
 def test_a_gil_holding_call_is_restarted_with_its_state_restored(mcp: McpServer) -> None:
     assert mcp.call("execute", code="kept = 'still here'")["status"] == "ok"
     saved = mcp.call("checkpoint", action="save", name="before-sum")

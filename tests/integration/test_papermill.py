@@ -162,6 +162,17 @@ def test_tag_budgets_and_error_rules_through_execute_notebook(tmp_path: Any) -> 
     assert len(injected) == 1 and "x = 21" in injected[0].source and injected[0].execution_count == 2
 
 
+def test_a_memory_budget_tag_through_execute_notebook(tmp_path: Any) -> None:
+    src, out = str(tmp_path / "in.ipynb"), str(tmp_path / "out.ipynb")
+    grow = "grown = []\nwhile True:\n    grown.append(bytearray(10 * 2**20))"
+    _notebook(src, [new_code_cell(grow, metadata={"tags": ["memory-budget=100M"]}), new_code_cell("print('not reached')")])
+    with pytest.raises(PapermillExecutionError) as caught:
+        papermill.execute_notebook(src, out, engine_name="cancelkernel", kernel_name="cancelkernel", progress_bar=False)
+    assert caught.value.ename == "KeyboardInterrupt" and "memory budget of 100 MiB" in caught.value.evalue, caught.value.evalue
+    report = _report(_cell(nbformat.read(out, as_version=4), "grown = []"))
+    assert (report["status"], report["reason"]) == ("interrupted", "memory_budget")
+
+
 def test_wedge_restarted_and_restored_then_the_notebook_goes_on(tmp_path: Any) -> None:
     """CLI: the notebook asks for checkpoints itself; the wedged cell is restarted, state restored, the rest runs."""
     src, out = str(tmp_path / "in.ipynb"), str(tmp_path / "out.ipynb")
