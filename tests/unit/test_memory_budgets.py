@@ -45,7 +45,7 @@ def _execution(memory_budget: int = 0, start: int = 100 * MiB) -> Execution:
 
 
 def test_the_guard_blames_only_a_cell_that_grew_the_kernel() -> None:
-    guard = MemoryGuard(GuardSettings(enabled=True, margin=100 * MiB))
+    guard = MemoryGuard(GuardSettings(enabled=True, margin=100 * MiB, data_limit=False))
     guard.view = guard.view.__class__(limit=GiB, source="cgroup v1", cgroup=None)
     grew, came_later = _execution(start=100 * MiB), _execution(start=900 * MiB)
     guard.resident, guard.charged = 900 * MiB, 950 * MiB  # past the guard at 1 GiB - 100 MiB
@@ -55,13 +55,13 @@ def test_the_guard_blames_only_a_cell_that_grew_the_kernel() -> None:
     assert 900 * MiB - came_later.memory.resident_start < GUARD_MIN_GROWTH
     guard.charged = 900 * MiB  # below the guard: nobody
     assert guard.over(_execution(start=0)) is None
-    off = MemoryGuard(GuardSettings(enabled=False))
+    off = MemoryGuard(GuardSettings(enabled=False, data_limit=False))
     off.resident, off.charged = 10 * GiB, 10 * GiB
     assert off.guard_at is None and off.over(_execution(start=0)) is None
 
 
 def test_a_cell_budget_counts_growth_of_the_resident_set_since_the_cell_began() -> None:
-    guard = MemoryGuard(GuardSettings(enabled=False))
+    guard = MemoryGuard(GuardSettings(enabled=False, data_limit=False))
     execution = _execution(memory_budget=200 * MiB, start=100 * MiB)
     guard.resident = 300 * MiB  # grew by exactly the budget: not past it
     assert guard.over(execution) is None
