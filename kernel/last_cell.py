@@ -23,6 +23,7 @@ import os
 import time
 import typing as t
 
+from .runtime.memory import MemoryCgroup, cgroup_of
 from .sizes import format_size
 
 RECORD_AFTER = 0.2  # a cell shorter than this leaves no record (and costs no write)
@@ -44,18 +45,7 @@ def machine_oom_kills() -> int | None:
 
 
 def cgroup_oom_kills(path: str | None, version: int | None) -> int | None:
-    if not path or not version:
-        return None
-    name = "memory.events" if version == 2 else "memory.oom_control"
-    try:
-        with open(os.path.join(path, name)) as f:
-            for line in f:
-                key, _, value = line.partition(" ")
-                if key == "oom_kill":
-                    return int(value)
-    except (OSError, ValueError):
-        return None
-    return None
+    return MemoryCgroup(version, path).oom_kills() if path and version in (1, 2) else None
 
 
 def write(path: str, record: dict) -> None:
@@ -134,8 +124,6 @@ def previous_kernel(path: str) -> dict | None:
 
 def baseline(pid: int) -> dict:
     """For a client watching kernel `pid` (any kernel, stock too): the OOM kill counts now, to compare after a death."""
-    from .runtime.memory import cgroup_of
-
     cgroup = cgroup_of(pid)
     return {
         "pid": pid,

@@ -15,6 +15,8 @@ import time
 import uuid
 from collections.abc import Iterator
 
+from ..runtime.memory import MemoryCgroup
+
 V1_ROOT = "/sys/fs/cgroup/memory"
 V2_ROOTS = ("/sys/fs/cgroup/unified", "/sys/fs/cgroup")
 
@@ -60,12 +62,7 @@ class TestCgroup:
             return []
 
     def oom_kills(self) -> int:
-        name = "memory.events" if self.version == 2 else "memory.oom_control"
-        for line in _read(os.path.join(self.path, name)).splitlines():
-            key, _, value = line.partition(" ")
-            if key == "oom_kill":
-                return int(value)
-        return 0
+        return MemoryCgroup(self.version, self.path).oom_kills() or 0
 
     def remove(self) -> None:
         """Move whatever is left to the parent, then remove the directory (retrying while a dying pid lingers)."""
