@@ -68,6 +68,8 @@ class Outcomes:
             return res
         if self.interrupt is None:
             self._kernel_reason(meta)
+        elif meta.get("reason") == REASON_MEMORY_BUDGET:
+            res.memory, res.reason_text = meta.get("memory"), memory_text(meta.get("memory") or {})
         sent = self.interrupt.sent_at if self.interrupt else (self.kernel_interrupt_at or self.wire.started)
         latency = (self.reply_at or self.clock()) - sent
         kernel_sent = meta.get("interrupted_after") if isinstance(meta.get("interrupted_after"), (int, float)) else self.kernel_interrupt_elapsed
@@ -116,6 +118,17 @@ class Outcomes:
             via = "external"
         self.res.actions.append({"action": "interrupt", "why": self.res.reason, "why_text": self.res.reason_text, "via": via,
                                  "at": None, "outcome": None})
+
+    def _forget_running_record(self) -> None:
+        """This client is about to kill the kernel on purpose: stop it first, then drop its record, so the next kernel reports no death."""
+        path, pid = self.link.info.running_record, self.link.pid
+        if not (self.link.local and path and pid):
+            return
+        if self.link.signal(signal.SIGKILL):
+            deadline = time.monotonic() + 2.0
+            while not last_cell.process_gone(pid) and time.monotonic() < deadline:
+                time.sleep(0.01)
+        last_cell.remove(path)
 
     def _death(self) -> dict | None:
         """Why a local kernel died, with evidence: its running-cell record, else the OOM counts taken when the cell began."""
@@ -174,6 +187,7 @@ class Outcomes:
         decided = time.monotonic()
         res.stack = self._stack_when_stuck()
         self._finish_outputs()
+        self._forget_running_record()
         self._restart_and_restore("restarted", res.reason or "wall_budget", why_restart, decided=decided)
         return res
 

@@ -10,7 +10,7 @@ import threading
 import time
 
 from .. import last_cell
-from ..protocol import EVENT_INTERRUPT, EVENT_MIME, EVENT_RUNAWAY, EVENT_UNRESPONSIVE, KEY
+from ..protocol import EVENT_INTERRUPT, EVENT_MIME, EVENT_RUNAWAY, EVENT_UNRESPONSIVE, KEY, REASON_MEMORY_BUDGET
 from .detect import Tripwire
 from .link import InterruptSent, describe
 from .outcomes import Outcomes
@@ -205,6 +205,8 @@ class CellRun(Outcomes):
                 self.kernel_interrupt_at = self.clock()
                 if isinstance(event.get("elapsed"), (int, float)):
                     self.kernel_interrupt_elapsed = float(event["elapsed"])
+            if kind == EVENT_RUNAWAY and event.get("reason") == REASON_MEMORY_BUDGET and self.trip is None:
+                self._kernel_tripped(REASON_MEMORY_BUDGET, str(event.get("message") or "the kernel's memory budget tripped"))
         elif kind == EVENT_UNRESPONSIVE and self.escalate_at is not None:
             # The kernel says its grace passed with the cell still running: no reason to wait longer.
             self.escalate_at = min(self.escalate_at, self.clock())
@@ -242,6 +244,18 @@ class CellRun(Outcomes):
                 "outcome": None,
             }
         )
+
+    def _kernel_tripped(self, reason: str, why: str) -> None:
+        """A budget only the kernel measures (memory) tripped and the kernel interrupted: the policy's one interrupt,
+        escalated to a restart if the cell still runs a grace period later."""
+        self.trip = reason
+        self.res.reason, self.res.reason_text = reason, why
+        self.interrupt = InterruptSent(self.kernel_interrupt_at or self.clock(), "kernel")
+        self.escalate_at = self.interrupt.sent_at + self.p.grace() + MARGIN
+        self.res.actions.append(
+            {"action": "interrupt", "why": reason, "why_text": why, "via": "kernel",
+             "at": round(self.interrupt.sent_at - self.wire.started, 4), "outcome": None}
+        )  # fmt: skip
 
     def _kernel_already_interrupted(self) -> tuple[bool, bool]:
         """(the kernel interrupted this cell itself, the kernel answered the status request)."""

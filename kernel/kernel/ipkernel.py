@@ -277,7 +277,7 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
         """The first cell of a kernel whose predecessor died while a cell ran: say how it died (before any restore)."""
         if self.previous_kernel is not None and not self._previous_told:
             self._previous_told = True
-            print(f"cancelkernel: the previous kernel (pid {self.previous_kernel['pid']}) was {self.previous_kernel['message']}", file=sys.stderr, flush=True)
+            print(f"cancelkernel: the previous kernel (pid {self.previous_kernel['pid']}) {self.previous_kernel['message']}", file=sys.stderr, flush=True)
 
     def _finish(self, execution: Execution, reply: dict, before: dict | None, silent: bool) -> None:
         """After the cell: its report, a dump taken while it ran, autosave, the reply metadata."""

@@ -194,3 +194,22 @@ def test_memory_status_names_the_limit_and_the_guard() -> None:
         assert memory["source"] == f"cgroup v{cgroup.version}" and memory["limit"] == 2 * GiB
         assert memory["guard_at"] == 2 * GiB - derived_margin(2 * GiB)
         assert json.loads(json.dumps(memory)) == memory  # plain JSON for any client
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_agent_treats_a_memory_trip_as_a_runaway(mode) -> None:
+    """One interrupt (the kernel's), an answer that says what to free; a cell that swallows it is restarted, state restored."""
+    name = "cancelkernel" if mode == "main" else "cancelkernel-worker"
+    with memory_cgroup(4 * GiB) as cgroup, AgentKernel(name, checkpoint="before-risky", spare=False, interrupt_grace=1.0) as ak:
+        assert ak.pid is not None
+        cgroup.add(ak.pid)
+        assert ak.run("keep = 'kept'", risky=False).ok
+        r = ak.run(GROW, memory_budget="150M")
+        assert (r.status, r.reason, r.state) == ("interrupted", "memory_budget", "suspect"), r.summary()
+        assert [a["via"] for a in r.actions] == ["kernel"] and r.memory is not None and r.memory["kind"] == "budget"
+        assert "past its memory budget of 150 MiB" in (r.reason_text or "") and "`del held`" in (r.reason_text or ""), r.reason_text
+        swallowed = "held2 = []\ntry:\n    while True:\n        held2.append(bytearray(10 * 2**20))\nexcept KeyboardInterrupt:\n    pass\nwhile True:\n    pass"
+        r = ak.run(swallowed, memory_budget="150M")
+        assert (r.status, r.reason, r.state) == ("restarted", "memory_budget", "restored"), r.summary()
+        assert [a["action"] for a in r.actions] == ["interrupt", "restart"] and "keep" in r.restored
+        assert ak.run("print(keep)").text == "kept\n"

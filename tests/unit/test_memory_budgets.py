@@ -126,7 +126,7 @@ def test_a_death_is_oom_only_with_a_count_that_rose(tmp_path) -> None:
     death = last_cell.death_of(record)
     assert death["cause"] == last_cell.CAUSE_OOM and "rose from 0 to 1" in death["evidence"]
     assert death["message"] == (
-        "killed by the out-of-memory killer (last seen at 0.98 of 1 GiB) while running Cell In[7], line 3 (l.append(x)), 2.5 s into it"
+        "was killed by the out-of-memory killer (last seen at 0.98 of 1 GiB) while running Cell In[7], line 3 (l.append(x)), 2.5 s into it"
     )
     record["cgroup_oom_kills"] = 1  # no kill since the record: no claim
     assert last_cell.death_of(record)["cause"] == last_cell.CAUSE_UNKNOWN
