@@ -18,6 +18,7 @@ import time
 import typing as t
 
 from ..sizes import format_size
+from .stacks import collector_paused
 
 SAMPLE = 64
 # Sizes below this are not worth a line in the report.
@@ -88,7 +89,16 @@ def describe_type(value: object) -> str:
 
 
 def biggest_names(namespace: dict[str, object], *, count: int = 5, time_limit: float = 0.05) -> list[dict]:
-    """The `count` biggest names of `namespace` (at least SMALL bytes each): name, type, bytes, text."""
+    """The `count` biggest names of `namespace` (at least SMALL bytes each): name, type, bytes, text.
+
+    With the collector paused: what the walk allocates would otherwise start a full collection, which in a
+    namespace of big containers costs seconds (5.4 s measured for 1,000 lists of 1e5 floats).
+    """
+    with collector_paused():
+        return _biggest(namespace, count, time_limit)
+
+
+def _biggest(namespace: dict[str, object], count: int, time_limit: float) -> list[dict]:
     deadline = time.monotonic() + time_limit
     found: list[tuple[int, str, object]] = []
     for name, value in list(namespace.items()):

@@ -7,11 +7,13 @@ Both become `frames.Frame` lists through the one user-frame filter
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import linecache
 import sys
 import threading
 import types
+from collections.abc import Iterator
 
 from ..frames import MAX_FRAMES, Frame, LabelOf, Location, is_cell_file, is_machinery, user_stack
 
@@ -19,6 +21,19 @@ from ..frames import MAX_FRAMES, Frame, LabelOf, Location, is_cell_file, is_mach
 MAX_WALK = 200
 
 _gc_paused = threading.Lock()
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector off for the block; one lock, so no other user turns it back on early."""
+    with _gc_paused:
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            yield
+        finally:
+            if enabled:
+                gc.enable()
 
 
 def live_frame(thread_id: int | None) -> types.FrameType | None:
@@ -33,14 +48,8 @@ def live_frame(thread_id: int | None) -> types.FrameType | None:
     """
     if thread_id is None:
         return None
-    with _gc_paused:
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
-            return sys._current_frames().get(thread_id)
-        finally:
-            if enabled:
-                gc.enable()
+    with collector_paused():
+        return sys._current_frames().get(thread_id)
 
 
 def from_traceback(tb: types.TracebackType | None, label_of: LabelOf | None = None) -> list[Frame]:
