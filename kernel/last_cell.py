@@ -97,7 +97,7 @@ def death_of(record: dict) -> dict:
     elif isinstance(machine_then, int) and machine_now is not None and machine_now > machine_then:
         cause, evidence = CAUSE_OOM, f"the machine's OOM kill count rose from {machine_then} to {machine_now}"
     else:
-        cause, evidence = CAUSE_UNKNOWN, "no OOM kill was counted since its last record"
+        cause, evidence = CAUSE_UNKNOWN, "no OOM kill was counted in its cgroup or on the machine"
     return {"cause": cause, "evidence": evidence, "message": death_message(record, cause), "record": record}
 
 

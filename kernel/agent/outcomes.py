@@ -195,9 +195,11 @@ class Outcomes:
         res = self.res
         res.elapsed = round(self.clock() - self.wire.started, 4)
         if why is None:
-            why = "the kernel process died while running the cell" + describe_exit(self.link.exit_code())
-            death = self._death()
-            if death is not None:
+            code = self.link.exit_code()
+            why = "the kernel process died while running the cell" + describe_exit(code)
+            death = self._death()  # read (and dropped) whatever the exit: the next kernel must not report it again
+            # Only a kill can be the OOM killer's: an exit code of its own needs no evidence.
+            if death is not None and (code is None or code == -signal.SIGKILL):
                 res.cause = death["cause"]
                 why += f": {death['message']} ({death['evidence']})" if death["cause"] == last_cell.CAUSE_OOM else f" ({death['evidence']})"
         if res.actions and res.actions[-1]["outcome"] is None:
