@@ -46,9 +46,14 @@ class MemoryCgroup:
     version: int  # 1 or 2
     path: str
 
+    @property
+    def usage_file(self) -> str:
+        """The file that holds the cgroup's whole charge."""
+        return os.path.join(self.path, "memory.current" if self.version == 2 else "memory.usage_in_bytes")
+
     def raw_usage(self) -> int | None:
         """The cgroup's whole charge in bytes, page cache included (one small read)."""
-        text = _read(os.path.join(self.path, "memory.current" if self.version == 2 else "memory.usage_in_bytes"))
+        text = _read(self.usage_file)
         return int(text) if text is not None else None
 
     def usage(self) -> int | None:

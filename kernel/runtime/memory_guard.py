@@ -105,9 +105,7 @@ class MemoryGuard:
 
     def _open_raw(self) -> OpenFile | None:
         cgroup = self.view.cgroup
-        if cgroup is None:
-            return None
-        return OpenFile(os.path.join(cgroup.path, "memory.current" if cgroup.version == 2 else "memory.usage_in_bytes"))
+        return OpenFile(cgroup.usage_file) if cgroup is not None else None
 
     def _resident_now(self) -> int | None:
         text = self._statm.read()
