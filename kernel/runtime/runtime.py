@@ -8,6 +8,7 @@ it to begin, cancel and end executions, and hears back through a
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -30,6 +31,8 @@ from .memory_guard import GuardSettings, MemoryGuard
 from .signals import SigintOwner
 from .stacks import thread_stack
 from .watchdog import MIN_STARVED, Watchdog
+
+log = logging.getLogger("cancelkernel")
 
 
 class RuntimeListener(Protocol):
@@ -189,7 +192,7 @@ class Runtime:
     def _keep_record(self, running: list[Execution], now: float) -> None:
         """Watchdog tick: (re)write the record of the oldest cell once it has run RECORD_AFTER, every REWRITE_EVERY."""
         execution = min(running, key=lambda e: e.started)
-        if execution.ended or now - execution.started < last_cell.RECORD_AFTER:
+        if self.record_path is None or execution.ended or now - execution.started < last_cell.RECORD_AFTER:
             return
         cgroup = self.memory.view.cgroup
         # Near the limit a death is likely soon: every tick then, so the record says how close it came.
@@ -208,11 +211,15 @@ class Runtime:
             cgroup_oom_kills=cgroup.oom_kills() if cgroup is not None else None,
             machine_oom_kills=last_cell.machine_oom_kills(),
         )
-        assert self.record_path is not None
         with self._record_lock:
-            if execution.ended:
+            if execution.ended or self.record_path is None:
                 return  # it ended while the record was built: the end already removed it
-            last_cell.write(self.record_path, record)
+            try:
+                last_cell.write(self.record_path, record)
+            except OSError as exc:
+                log.warning("cancelkernel: cannot keep the running-cell record %s (%s); a death will not be named", self.record_path, exc)
+                self.record_path = None
+                return
             self._record_written = now
 
     def _drop_record(self) -> None:
