@@ -34,7 +34,7 @@ except ImportError:  # not on Windows: no data limit there
 
 from ..protocol import MEMORY_BUDGET, MEMORY_GUARD, REASON_MEMORY_BUDGET
 from .execution import Execution
-from .memory import PAGE_SIZE, MemoryView, OpenFile, machine_bytes, memory_view, resident_bytes
+from .memory import PAGE_SIZE, MemoryView, OpenFile, machine_bytes, memory_view
 
 # The fastest growth the guard is sized for (bytes/s): one thread touching fresh pages (about 0.3 GB/s
 # here under a CPU hog, a few GB/s on an idle machine), and a sample + an interrupt to stop it.
@@ -98,6 +98,7 @@ class MemoryGuard:
         self._meminfo = OpenFile("/proc/meminfo")
         self._raw = self._open_raw()
         self.resident: int | None = None  # the latest samples
+        self.raw: int | None = None  # the cgroup's whole charge (None without a cgroup)
         self.charged: int | None = None
         self.data_limit: int | None = None  # RLIMIT_DATA set from the cgroup's limit (None: not set)
         self._inherited_data_limit = resource.getrlimit(resource.RLIMIT_DATA) if resource is not None else None
@@ -183,12 +184,11 @@ class MemoryGuard:
         return machine_used(self._meminfo.read())
 
     def nearing_limit(self) -> bool:
-        """The cgroup's raw charge is past NEAR of its limit (one small read; False without a cgroup limit)."""
-        cgroup, limit = self.view.cgroup, self.limit
-        if cgroup is None or not limit:
+        """The latest sample's raw charge is past NEAR of the cgroup's limit (False without a cgroup limit)."""
+        limit = self.limit
+        if self.view.cgroup is None or not limit or self.raw is None:
             return False
-        raw = self._raw_now()
-        return raw is not None and raw >= NEAR * limit
+        return self.raw >= NEAR * limit
 
     def begin(self, execution: Execution) -> None:
         """A cell starts: its baselines."""
@@ -197,15 +197,15 @@ class MemoryGuard:
         execution.memory.charged_start = self.charged_now()
 
     def sample(self, running: list[Execution]) -> None:
-        """One look (the watchdog's tick): the resident set always, the charge when the guard needs it."""
+        """One look (the watchdog's tick): the resident set and the raw charge, the working set when the guard needs it."""
         self.resident = self._resident_now()
+        self.raw = self._raw_now()
         guard_at = self.guard_at
         self.charged = None
-        # Only a cell that grew the kernel can be blamed: until one did, the charge is not read at all.
+        # Only a cell that grew the kernel can be blamed: until one did, the working set is not read at all.
         if guard_at is not None and any(self._grown(e) >= GUARD_MIN_GROWTH for e in running):
             # The raw charge is an upper bound of the working set: memory.stat is read only near the guard.
-            raw = self._raw_now()
-            if raw is None or raw >= guard_at:
+            if self.raw is None or self.raw >= guard_at:
                 self.charged = self.charged_now()
 
     def _grown(self, execution: Execution) -> int:
@@ -241,7 +241,7 @@ class MemoryGuard:
             "guard_at": self.guard_at,
             "margin": self.margin,
             "data_limit": self.data_limit,
-            "resident": resident_bytes(),
+            "resident": self._resident_now(),
             "charged": self.charged_now(),
             "machine": machine_bytes(),
             "pid": os.getpid(),
