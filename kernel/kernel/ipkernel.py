@@ -77,7 +77,7 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
         # Held while a cell starts and while a targeted interrupt decides "running or pending":
         # an interrupt can never fall between the two (and be lost).
         self._start_lock = threading.Lock()
-        record_path = self._dump_path().replace("-stacks.txt", "-running.json")
+        record_path = self._kernel_file("running.json")
         # A record left by a kernel that is gone: it died while a cell ran (told in the first cell, and in kernel_info).
         self.previous_kernel = last_cell.previous_kernel(record_path)
         self._previous_told = False
@@ -86,7 +86,7 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
         self.runtime = Runtime(
             mode=self.exec_thread,
             grace=self.interrupt_grace,
-            dump_path=self._dump_path(),
+            dump_path=self._kernel_file("stacks.txt"),
             label_of=shell.cell_label,
             listener=self,
             interrupt_on_trip=self.on_runaway == "interrupt",
@@ -111,10 +111,11 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
         first_is_blank_dropper = bool(cleanup) and getattr(cleanup[0], "__name__", "") == "leading_empty_lines"
         cleanup.insert(1 if first_is_blank_dropper else 0, directives.strip_directive)
 
-    def _dump_path(self) -> str:
+    def _kernel_file(self, kind: str) -> str:
+        """A file of this kernel's own beside its connection file's name: the same for a kernel restarted on it."""
         connection_file = getattr(self.parent, "connection_file", "") or f"kernel-{os.getpid()}.json"
         stem = os.path.splitext(os.path.basename(connection_file))[0]
-        return os.path.join(self.dump_dir or jupyter_runtime_dir(), f"cancelkernel-{stem}-stacks.txt")
+        return os.path.join(self.dump_dir or jupyter_runtime_dir(), f"cancelkernel-{stem}-{kind}")
 
     # -- SIGINT: the runtime owns it for the kernel's whole life --
 
