@@ -23,6 +23,7 @@ import os
 import time
 import typing as t
 
+from .pids import process_running
 from .runtime.memory import MemoryCgroup, cgroup_of
 from .sizes import format_size
 
@@ -71,20 +72,8 @@ def read(path: str) -> dict | None:
 
 
 def process_gone(pid: object) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    # A zombie is gone for our purpose: it runs nothing.
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return False
+    """A record's pid names no running process (a zombie runs nothing); False for anything that is not a pid."""
+    return isinstance(pid, int) and pid > 0 and not process_running(pid)
 
 
 def death_of(record: dict) -> dict:

@@ -12,6 +12,7 @@ import typing as t
 
 from .. import frames as fr
 from .. import last_cell
+from ..pids import process_running
 from ..protocol import REASON_MEMORY_BUDGET, REASON_SHUTDOWN
 from ..sizes import format_size
 from .processes import describe_exit
@@ -126,7 +127,7 @@ class Outcomes:
             return
         if self.link.signal(signal.SIGKILL):
             deadline = time.monotonic() + 2.0
-            while not last_cell.process_gone(pid) and time.monotonic() < deadline:
+            while process_running(pid) and time.monotonic() < deadline:
                 time.sleep(0.01)
         last_cell.remove(path)
 

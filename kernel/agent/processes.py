@@ -1,4 +1,4 @@
-"""Processes on this host: is a pid alive, and what an exit code means to a person."""
+"""Processes on this host: which connection file a pid runs, and what an exit code means to a person."""
 
 from __future__ import annotations
 
@@ -6,19 +6,6 @@ import os
 import signal
 
 from .. import protocol
-
-
-def process_running(pid: int) -> bool:
-    """The process exists and is not a zombie (a dead child nobody reaped yet)."""
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
-    except OSError:
-        return True  # no /proc (macOS): trust kill(0)
 
 
 def runs_connection_file(pid: int, connection_file: str) -> bool:

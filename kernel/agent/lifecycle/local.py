@@ -22,8 +22,9 @@ from jupyter_client.manager import KernelManager
 
 from ... import protocol
 from ...kernelspec import OUR_KERNELS, private_spec_dir
+from ...pids import process_running
 from ..errors import BadInputError, KernelStartError
-from ..processes import describe_exit, process_running, runs_connection_file
+from ..processes import describe_exit, runs_connection_file
 from ..threads import start_thread
 from ..transport.zmq import ZmqTransport
 from .spare import SpareKernel, kill_group, retire, stop_kernel
