@@ -88,6 +88,18 @@ def _v2_parent() -> str | None:
     return None
 
 
+def _make_under(version: int, parent: str, name: str, limit: int) -> TestCgroup:
+    """A child of `parent` limited to `limit` bytes; a half-made child is removed again if the limit is refused."""
+    cgroup = TestCgroup(version, os.path.join(parent, name), parent)
+    os.mkdir(cgroup.path)
+    try:
+        cgroup.set_limit(limit)
+    except OSError:
+        cgroup.remove()
+        raise
+    return cgroup
+
+
 def make(limit: int) -> TestCgroup:
     """A new memory cgroup limited to `limit` bytes (v2 where possible, else v1)."""
     name = f"cancelkernel-test-{uuid.uuid4().hex[:12]}"
@@ -98,20 +110,14 @@ def make(limit: int) -> TestCgroup:
             subtree = os.path.join(parent, "cgroup.subtree_control")
             if "memory" not in _read(subtree).split():
                 _write(subtree, "+memory")
-            os.mkdir(os.path.join(parent, name))
-            cgroup = TestCgroup(2, os.path.join(parent, name), parent)
-            cgroup.set_limit(limit)
-            return cgroup
+            return _make_under(2, parent, name, limit)
         except OSError as exc:
             errors.append(f"cgroup v2 at {parent}: {exc}")
     else:
         errors.append("cgroup v2: no memory controller offered at " + " or ".join(V2_ROOTS))
     if os.path.isdir(V1_ROOT):
         try:
-            os.mkdir(os.path.join(V1_ROOT, name))
-            cgroup = TestCgroup(1, os.path.join(V1_ROOT, name), V1_ROOT)
-            cgroup.set_limit(limit)
-            return cgroup
+            return _make_under(1, V1_ROOT, name, limit)
         except OSError as exc:
             errors.append(f"cgroup v1 at {V1_ROOT}: {exc}")
     else:
