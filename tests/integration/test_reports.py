@@ -18,7 +18,19 @@ import time
 import pytest
 
 from cancelkernel import protocol
-from cancelkernel.testing import MODES, control_request, interrupt, outputs, run_cell, running_kernel, send_execute, wait_reply, wait_running
+from cancelkernel.testing import (
+    MODES,
+    control_request,
+    dump_file_of,
+    interrupt,
+    outputs,
+    run_cell,
+    running_kernel,
+    send_execute,
+    wait_dumped_in_cell,
+    wait_reply,
+    wait_running,
+)
 
 GRACE = ["--CancelKernel.interrupt_grace=0.3"]
 # One elapsed time in a traceback, e.g. "1.01 s" (a budget like "of 0.5 s" is not an elapsed time).
@@ -146,10 +158,31 @@ def test_a_cell_that_catches_the_interrupt_is_told_so(k) -> None:
     assert meta["unresponsive_why"] == protocol.UNRESPONSIVE_CAUGHT and "gil_held" not in meta
 
 
-def test_a_gil_held_call_is_said_once_where_it_is_true(k) -> None:
+# One C call that holds the GIL until the test lets it go: libc's read() through ctypes.PyDLL, which keeps the GIL.
+HOLD_GIL = "%%budget wall=0.3\nimport ctypes, os\n_fd = os.open({fifo!r}, os.O_RDWR)\n_n = ctypes.PyDLL(None).read(_fd, ctypes.create_string_buffer(1), 1)"
+HOLD_LINE = 4
+
+
+def run_holding_the_gil(kc, fifo: str, then: str = "") -> tuple[dict, list[dict]]:
+    """Run a cell whose C call holds the GIL past its budget, and let the call return only once faulthandler has dumped it.
+
+    The release waits on the dump, not on a clock: however fast or loaded the
+    machine, the kernel had its proof (the dump, the starved watchdog) first.
+    """
+    os.mkfifo(fifo)
+    dump_file = dump_file_of(kc)
+    msg_id = send_execute(kc, HOLD_GIL.format(fifo=fifo) + then)
+    wait_dumped_in_cell(dump_file, HOLD_LINE)
+    with open(fifo, "wb", buffering=0) as release:  # the cell holds the FIFO open, so this open does not block
+        release.write(b"x")
+    found = outputs(kc, msg_id)
+    return wait_reply(kc, msg_id), found
+
+
+def test_a_gil_held_call_is_said_once_where_it_is_true(k, tmp_path) -> None:
     """One C call holds the GIL past the budget: faulthandler's stack and the watchdog's starvation both prove it."""
     mode, km, kc = k
-    reply, found = run_cell(kc, "%%budget wall=0.3\ntotal = sum(range(10**8))\nwhile True:\n    pass")
+    reply, found = run_holding_the_gil(kc, str(tmp_path / "first"), then="\nwhile True:\n    pass")
     meta = reply["metadata"][protocol.KEY]
     assert meta["reason"] == protocol.REASON_WALL_BUDGET and meta["stack_source"] == "faulthandler"
     assert meta["gil_held"] >= 0.3, meta
@@ -157,10 +190,10 @@ def test_a_gil_held_call_is_said_once_where_it_is_true(k) -> None:
     assert text.count("held the GIL") == 1 and len(ELAPSED.findall(text)) == 1, text
     assert [event_of(n)["event"] for n in notes(found)] == [protocol.EVENT_RUNAWAY]  # the GIL is in the traceback, not a second note
     # Ending with the call itself: either the interrupt still lands, or the cell ends first and a last note says so.
-    reply, found = run_cell(kc, "%%budget wall=0.3\ntotal = sum(range(10**8))")
+    reply, found = run_holding_the_gil(kc, str(tmp_path / "last"))
     said = [plain(e["traceback"]) for e in errors(found)] + [n["data"]["text/plain"] for n in notes(found)]
     assert sum(text.count("held the GIL") for text in said) == 1, said
-    assert "sum(range(10**8))" in said[-1] or errors(found), said
+    assert "PyDLL(None).read" in said[-1] or errors(found), said
 
 
 def test_an_abandoned_worker_is_one_note_then_the_traceback() -> None:
