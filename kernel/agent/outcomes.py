@@ -268,6 +268,11 @@ def memory_text(memory: dict) -> str:
         text = f"the cell grew the kernel from {size('start')} to {size('at_trip')}, past its memory budget of {size('budget')}; the kernel interrupted it"
     if isinstance(memory.get("after"), int):
         text += f"; {size('after')} once it stopped"
+    released = memory.get("released") or []
+    if released:
+        biggest = released[0]
+        held = f"{biggest.get('name')} ({biggest.get('type')}, {format_size(biggest.get('bytes') or 0)})"
+        text += f". It was held by the cell's locals, which the kernel let go: {held}"
     holders = memory.get("holders") or []
     if holders:
         biggest = holders[0]
@@ -275,6 +280,8 @@ def memory_text(memory: dict) -> str:
             f". The biggest: {biggest.get('name')} ({biggest.get('type')}, {format_size(biggest.get('bytes') or 0)}); "
             f"free it with `del {biggest.get('name')}`, or process the data in chunks"
         )
+    elif released:
+        text += "; process the data in chunks"
     else:
         text += ". No name of the namespace holds much: the memory was in the cell's own locals; process the data in chunks"
     return text

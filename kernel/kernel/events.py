@@ -57,6 +57,7 @@ def memory_record(execution: Execution) -> dict:
         "budget": execution.budgets.memory or None,
         "limit": record.limit,
         "holders": [{k: h[k] for k in ("name", "type", "bytes")} for h in record.holders],
+        "released": [{k: h[k] for k in ("name", "type", "bytes")} for h in record.released],
     }
 
 

@@ -23,6 +23,7 @@ from ..frames import format_frames
 from ..runtime.deadlines import DeadlineExceeded, expired_scope
 from ..runtime.execution import CellInterrupt, Execution, InterruptReport
 from ..runtime.executors import run_here
+from ..runtime.holders import release_stopped_frames
 from ..runtime.stacks import from_traceback
 from .concurrent_cells import Bookkeeping, CellDisplayHook, CellPayloads, CountedPatch, SharedBuiltinTrap, SharedDisplayTrap, per_cell
 from .streams import CancelDisplayPublisher
@@ -94,6 +95,9 @@ class CancelShell(ZMQInteractiveShell):
         execution = self._interrupted_execution(exc)
         if execution is not None:
             self.show_interrupt(execution, exc)
+            if execution.memory.kind is not None:
+                # Stopped for memory: the traceback would keep every unwound frame's locals (and their memory) alive.
+                execution.memory.released = release_stopped_frames(exc.__traceback__)
             return True
         scope = expired_scope(exc)
         if scope is not None:

@@ -59,6 +59,9 @@ def memory_after_note(execution: Execution) -> str:
         came_back = record.at_trip - record.after
         text += f", {format_size(record.after)} now"
         text += " (it came back as the cell stopped)" if came_back > (record.at_trip - (before or 0)) / 2 else " (still held)"
+    if record.released:
+        names = ", ".join(h["text"] for h in record.released)
+        text += f"; the locals of the stopped cell's functions were let go so it could come back (%debug cannot show them): {names}"
     if record.holders:
         names = ", ".join(h["text"] for h in record.holders)
         text += f"; the biggest names: {names}; free one with `del {record.holders[0]['name']}`, or process the data in chunks"

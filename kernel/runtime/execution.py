@@ -121,6 +121,7 @@ class MemoryRecord:
     after: int | None = None  # the same measure once the cell had ended
     limit: int | None = None  # the limit the guard keeps below (cgroup or machine), when it tripped
     holders: list[dict] = field(default_factory=list)  # the biggest names of the namespace once it ended
+    released: list[dict] = field(default_factory=list)  # the biggest locals of the stopped frames, which the kernel let go
 
 
 @dataclass

@@ -8,15 +8,23 @@ million floats costs the same as a list of a hundred.  The whole walk stops
 after `time_limit` seconds (names not reached are not reported), so a huge
 namespace never delays the report by more than that (benchmarks/memory.py
 measures it).  Objects reachable from two names are counted under each.
+
+After a memory trip the locals of the stopped cell's function frames are
+reported and released (`release_stopped_frames`): the interrupt's traceback
+keeps every frame alive, so without that a list grown inside a function
+would stay held after the cell stopped, where no `del` can reach it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import sys
 import time
+import types
 import typing as t
 
+from ..frames import is_cell_file
 from ..sizes import format_size
 from .stacks import collector_paused
 
@@ -113,3 +121,32 @@ def _biggest(namespace: dict[str, object], count: int, time_limit: float) -> lis
         for size, name, value in found[:count]
         if size >= SMALL
     ]
+
+
+def release_stopped_frames(tb: types.TracebackType | None, *, count: int = 5, time_limit: float = 0.05) -> list[dict]:
+    """The biggest locals of the function frames a stopped cell unwound, then those frames cleared so their memory comes back.
+
+    Only frames from the cell's own code inward, and never a module-level frame
+    (its locals are the user's namespace).  Names read "l in grow()".
+    """
+    frames: list[types.FrameType] = []
+    in_cell = False
+    while tb is not None:
+        frame = tb.tb_frame
+        in_cell = in_cell or is_cell_file(frame.f_code.co_filename)
+        if in_cell and frame.f_locals is not frame.f_globals:
+            frames.append(frame)
+        tb = tb.tb_next
+    found: list[dict] = []
+    with collector_paused():
+        for frame in frames:
+            where = f"{frame.f_code.co_name}()"
+            for holder in _biggest(dict(frame.f_locals), count, time_limit):
+                name = f"{holder['name']} in {where}"
+                found.append({**holder, "name": name, "text": f"{name} ({holder['type']}, {format_size(holder['bytes'])})"})
+    for frame in frames:
+        with contextlib.suppress(RuntimeError):  # a frame still running (a generator suspended elsewhere) keeps its locals
+            frame.clear()
+            frame.f_locals  # noqa: B018 - up to 3.12 the locals dict keeps its values until read again after clear()
+    found.sort(key=lambda holder: holder["bytes"], reverse=True)
+    return found[:count]

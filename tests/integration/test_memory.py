@@ -77,6 +77,25 @@ def test_a_cell_past_its_memory_budget_is_interrupted_and_told_what_holds_it(mod
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_memory_held_by_a_stopped_function_is_named_and_comes_back(mode) -> None:
+    """A list grown in a function's local: the interrupt's traceback would keep it alive where no `del` reaches it."""
+    with running_kernel(mode) as (km, kc):
+        grow = "def grow():\n    mine = []\n    while True:\n        mine.append(bytearray(10 * 2**20))"
+        assert run(kc, grow)["content"]["status"] == "ok"
+        msg_id = send_execute(kc, "%%budget memory=200M\ngrow()")
+        reply = wait_reply(kc, msg_id, timeout=120.0)
+        memory = reply["metadata"][protocol.KEY]["memory"]
+        assert reply["content"]["ename"] == "KeyboardInterrupt" and memory["kind"] == protocol.MEMORY_BUDGET, reply["content"]
+        assert memory["released"] and memory["released"][0]["name"] == "mine in grow()", memory
+        assert memory["released"][0]["bytes"] > 200 * MiB and memory["released"][0]["type"].startswith("list of "), memory
+        # It came back: the kernel is near where it began, not at the trip.
+        assert memory["after"] - memory["start"] < (memory["at_trip"] - memory["start"]) / 2, memory
+        after = [e for e in notes_of(kc, msg_id) if e["event"] == protocol.EVENT_MEMORY]
+        assert len(after) == 1 and "mine in grow()" in after[0]["message"] and "came back" in after[0]["message"], after
+        assert run(kc, "grow.__name__")["content"]["status"] == "ok"  # the kernel goes on
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_the_guard_stops_a_growth_loop_before_the_oom_killer(mode) -> None:
     with memory_cgroup(1 * GiB) as cgroup, running_kernel(mode) as (km, kc):
         cgroup.add(pid_of(km))

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import weakref
 
 import pytest
 
 from cancelkernel import directives, last_cell, protocol
 from cancelkernel.runtime.execution import Budgets, Execution
-from cancelkernel.runtime.holders import biggest_names, describe_type, estimate
+from cancelkernel.runtime.holders import biggest_names, describe_type, estimate, release_stopped_frames
 from cancelkernel.runtime.memory_guard import GUARD_MIN_GROWTH, GuardSettings, MemoryGuard, derived_margin
 
 GiB, MiB = 2**30, 2**20
@@ -114,6 +115,23 @@ def test_a_big_container_is_estimated_from_a_sample() -> None:
     size = estimate(big)
     assert 0.9 * 100_000 * 1000 < size < 1.2 * 100_000 * 1057  # bytearray header included
     assert describe_type({"a": 1, "b": 2}) == "dict of 2 int"
+
+
+def test_the_locals_of_a_stopped_cells_functions_are_named_then_let_go() -> None:
+    """Only frames from the cell inward; never the namespace of a module-level frame."""
+    namespace: dict = {"kept": bytearray(2 * 2**20)}
+    cell = "def inner():\n    local = [Chunk(2**20) for _ in range(3)]\n    seen.append(weakref.ref(local[0]))\n    raise KeyboardInterrupt\ninner()"
+    seen: list = []
+    namespace.update(weakref=weakref, seen=seen, Chunk=type("Chunk", (bytearray,), {}))
+    try:
+        exec(compile(cell, "<cell 1>", "exec"), namespace)
+    except KeyboardInterrupt as exc:
+        stopped = exc
+    released = release_stopped_frames(stopped.__traceback__)
+    assert [h["name"] for h in released] == ["local in inner()"], released
+    assert released[0]["type"] == "list of 3 Chunk" and released[0]["bytes"] >= 3 * 2**20
+    assert seen[0]() is None  # the traceback no longer keeps it alive
+    assert "kept" in namespace and len(namespace["kept"]) == 2 * 2**20  # the module-level frame's namespace is the user's
 
 
 def test_a_death_is_oom_only_with_a_count_that_rose(tmp_path) -> None:
