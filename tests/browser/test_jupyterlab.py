@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
 import time
 
 import pytest
-from lab_page import STOP_TIMEOUT, WORKER_DISPLAY_NAME, Cell, Marker, Notebook, wait_text
+from lab_page import KERNEL_TIMEOUT, STOP_TIMEOUT, WORKER_DISPLAY_NAME, Cell, Marker, Notebook, ms, wait_text
+from playwright.sync_api import expect
 
+from cancelkernel import protocol
 from cancelkernel.kernelspec import DEFAULT_DISPLAY_NAME
-from cancelkernel.testing import FileFlag, control_request, wait_running
+from cancelkernel.testing import FileFlag, act_when, control_request, wait_running
 from cancelkernel.testing.servers import Server
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples", "native"))
@@ -194,3 +197,27 @@ def test_restart_stops_a_runaway_and_gives_a_fresh_kernel(notebook: Notebook) ->
     notebook.wait_status("Idle")
     notebook.expect_prints("print('x' in globals())", "False")
     notebook.expect_prints("x = 6 * 7\nprint(x)", "42")
+
+
+def test_a_kernel_killed_in_a_cell_is_named_in_the_next_one(notebook: Notebook, lab: Server) -> None:
+    """The kernel dies while a cell runs (SIGKILL from outside, as the OOM killer sends it); the server restarts it; the first cell says so."""
+    pid = int(notebook.run_done("import os\nprint(os.getpid())").output_text().strip())
+    kc = lab.client(notebook.kernel_id())
+    try:
+        record = control_request(kc, "kernel_info_request")["content"][protocol.KEY]["running_record"]
+        cell = notebook.run("import time\ntime.sleep(10**6)")
+        # Killed once the running cell's record is on disk (written after the cell has run a moment).
+        killed = act_when(lambda: os.path.exists(record), lambda: os.kill(pid, signal.SIGKILL), timeout=KERNEL_TIMEOUT)
+        assert killed.wait(KERNEL_TIMEOUT), f"no running-cell record at {record}"
+    finally:
+        kc.stop_channels()
+    # JupyterLab's "the kernel appears to have died; it will restart automatically", then a fresh kernel.
+    dialog = notebook.page.locator(".jp-Dialog")
+    expect(dialog, "JupyterLab did not say the kernel died").to_be_visible(timeout=ms(KERNEL_TIMEOUT))
+    dialog.locator(".jp-Dialog-button.jp-mod-accept").click()
+    cell.wait_not_running()
+    notebook.wait_status("Idle")
+    first = notebook.run_done("y = 1")
+    first.expect_output(f"the previous kernel (pid {pid}) died, cause unknown")
+    first.expect_output("while running Cell In[")
+    notebook.expect_prints("print('x' in globals(), y)", "False 1")
