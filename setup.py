@@ -1,10 +1,15 @@
-"""Build the Cython cancellation flag; everything else is in pyproject.toml.
+"""Build the Cython cancellation flag and the JupyterLab extension; everything else is in pyproject.toml.
 
-The flag is optional: without Cython or a C compiler the install still
-succeeds and cancelkernel.native falls back to its pure-Python flag.
+Both are optional.  Without Cython or a C compiler the install still succeeds
+and cancelkernel.native falls back to its pure-Python flag.  Without Node.js
+and npm the install still succeeds without the JupyterLab extension, saying so
+once; a wheel or sdist built where npm was found carries the built extension,
+so installing from it needs no node.
 """
 
 import os
+import shutil
+import subprocess
 import sys
 
 from setuptools import Extension, setup
@@ -69,5 +74,67 @@ def native_extensions() -> list:
     return extensions
 
 
+LAB_SOURCE = "labextension"  # the extension's TypeScript project (package.json, package-lock.json, src/)
+LAB_BUILT = os.path.join("kernel", "labextension")  # its build output: cancelkernel/labextension once installed
+LAB_NAME = "cancelkernel-jupyterlab"
+LAB_SHARE = os.path.join("share", "jupyter", "labextensions", LAB_NAME)
+SERVER_CONFIG = os.path.join("etc", "jupyter", "jupyter_server_config.d")
+
+
+def _newest(paths: list) -> float:
+    times = [0.0]
+    for path in paths:
+        if os.path.isfile(path):
+            times.append(os.path.getmtime(path))
+        for root, _dirs, files in os.walk(path):
+            times.extend(os.path.getmtime(os.path.join(root, name)) for name in files)
+    return max(times)
+
+
+def _lab_stale() -> bool:
+    """The built extension is missing, or older than a source next to it."""
+    built = os.path.join(LAB_BUILT, "package.json")
+    if not os.path.exists(built):
+        return True
+    sources = [os.path.join(LAB_SOURCE, name) for name in ("src", "schema", "style", "package.json", "package-lock.json")]
+    return _newest(sources) > _newest([LAB_BUILT])
+
+
+def build_labextension() -> None:
+    """Build the JupyterLab extension with npm when it is missing or stale (PEP 517 runs setup.py once per hook)."""
+    if os.environ.get("CANCELKERNEL_SKIP_LABEXTENSION") or not os.path.isdir(LAB_SOURCE) or not _lab_stale():
+        return
+    npm = shutil.which("npm")
+    if npm is None:
+        if not os.path.exists(os.path.join(LAB_BUILT, "package.json")):
+            print(
+                "cancelkernel: the JupyterLab extension was not built (npm not found); the kernel works without it. "
+                "To get it: install Node.js 20 or newer with npm, then install cancelkernel again.",
+                file=sys.stderr,
+            )
+        return
+    try:
+        if not os.path.isdir(os.path.join(LAB_SOURCE, "node_modules")):
+            print("cancelkernel: building the JupyterLab extension (npm ci, then npm run build:prod)", file=sys.stderr)
+            subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=LAB_SOURCE, check=True, stdout=sys.stderr)
+        subprocess.run([npm, "run", "--silent", "build:prod"], cwd=LAB_SOURCE, check=True, stdout=sys.stderr)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        print(f"cancelkernel: building the JupyterLab extension failed ({exc}); installing without it", file=sys.stderr)
+
+
+def lab_data_files() -> list:
+    """The built extension under share/jupyter/labextensions/, and the server extension's switch under etc/jupyter/."""
+    files = [(SERVER_CONFIG, [os.path.join(LAB_SOURCE, "jupyter-config", "cancelkernel.json")])]
+    if not os.path.exists(os.path.join(LAB_BUILT, "package.json")):
+        return files
+    for root, _dirs, names in os.walk(LAB_BUILT):
+        relative = os.path.relpath(root, LAB_BUILT)
+        target = LAB_SHARE if relative == "." else os.path.join(LAB_SHARE, relative)
+        files.append((target, [os.path.join(root, name) for name in sorted(names)]))
+    files.append((LAB_SHARE, [os.path.join(LAB_SOURCE, "install.json")]))
+    return files
+
+
 os.chdir(HERE)  # cythonize and the relative paths above expect the project root
-setup(ext_modules=native_extensions())
+build_labextension()
+setup(ext_modules=native_extensions(), data_files=lab_data_files())

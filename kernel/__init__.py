@@ -27,6 +27,11 @@ import typing as t
 
 __version__ = "0.1.0"
 
+
+def _jupyter_labextension_paths() -> list[dict[str, str]]:
+    """Where the built JupyterLab extension is (for `jupyter-builder develop`; an install puts it in share/)."""
+    return [{"src": "labextension", "dest": "cancelkernel-jupyterlab"}]
+
 # Public name -> the module that defines it.
 _PUBLIC = {
     "cancel_requested": "cancelkernel.native",

@@ -18,13 +18,13 @@ import typing as t
 
 from ipykernel.ipkernel import IPythonKernel
 from ipykernel.jsonutil import json_clean
-from jupyter_core.paths import jupyter_runtime_dir
 
 from .. import __version__, directives, last_cell, protocol
 from ..checkpoint.magics import register as register_checkpoint_magics
 from ..checkpoint.settings import CheckpointSettings
 from ..checkpoint.shell import ShellCheckpoints, handle_checkpoint_request, maybe_autosave, restore_on_start, save_before
 from ..frames import Frame
+from ..kernel_files import RUNNING, STACKS, kernel_file
 from ..runtime.execution import Budgets, Execution, StackRecord
 from ..runtime.holders import biggest_names
 from ..runtime.memory import raise_oom_score
@@ -77,7 +77,7 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
         # Held while a cell starts and while a targeted interrupt decides "running or pending":
         # an interrupt can never fall between the two (and be lost).
         self._start_lock = threading.Lock()
-        record_path = self._kernel_file("running.json")
+        record_path = self._kernel_file(RUNNING)
         # A record left by a kernel that is gone: it died while a cell ran (told in the first cell, and in kernel_info).
         self.previous_kernel = last_cell.previous_kernel(record_path)
         self._previous_told = False
@@ -86,7 +86,7 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
         self.runtime = Runtime(
             mode=self.exec_thread,
             grace=self.interrupt_grace,
-            dump_path=self._kernel_file("stacks.txt"),
+            dump_path=self._kernel_file(STACKS),
             label_of=shell.cell_label,
             listener=self,
             interrupt_on_trip=self.on_runaway == "interrupt",
@@ -114,8 +114,7 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
     def _kernel_file(self, kind: str) -> str:
         """A file of this kernel's own beside its connection file's name: the same for a kernel restarted on it."""
         connection_file = getattr(self.parent, "connection_file", "") or f"kernel-{os.getpid()}.json"
-        stem = os.path.splitext(os.path.basename(connection_file))[0]
-        return os.path.join(self.dump_dir or jupyter_runtime_dir(), f"cancelkernel-{stem}-{kind}")
+        return kernel_file(connection_file, kind, self.dump_dir or None)
 
     # -- SIGINT: the runtime owns it for the kernel's whole life --
 

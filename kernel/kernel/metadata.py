@@ -124,12 +124,14 @@ def execution_status(execution: Execution, stack: list[Frame] | None = None, inn
         "wall_budget": execution.budgets.wall,
         "quiet_budget": execution.budgets.quiet,
         "memory_budget": execution.budgets.memory or None,
+        "memory_start": execution.memory.resident_start,
         "interrupts_sent": execution.cancel.interrupts_sent,
         "cancel_reason": execution.cancel.reason,
         "state": execution_state(execution),
         "where": here.where() if here is not None else None,
         "line": (here.line or None) if here is not None else None,
         "innermost": innermost,
+        "stack": as_dicts(stack or []),
     }
 
 

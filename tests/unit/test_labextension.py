@@ -1,0 +1,52 @@
+"""The JupyterLab extension: installed where JupyterLab finds it, and its TypeScript unit tests (jest) pass.
+
+The jest tests cover the pure logic of labextension/src/state.ts (states,
+countdowns, stacks); what the page does is in tests/browser/test_lab_extension.py.
+Without npm these tests fail saying so (set CANCELKERNEL_SKIP_BROWSER=1 to skip
+everything that needs a browser or node).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SOURCE = os.path.join(ROOT, "labextension")
+INSTALLED = os.path.join(sys.prefix, "share", "jupyter", "labextensions", "cancelkernel-jupyterlab")
+
+
+def _npm() -> str:
+    npm = shutil.which("npm")
+    if npm is None:
+        if os.environ.get("CANCELKERNEL_SKIP_BROWSER") == "1":
+            pytest.skip("npm not found (CANCELKERNEL_SKIP_BROWSER=1)")
+        pytest.fail("npm not found: install Node.js 20 or newer with npm, or set CANCELKERNEL_SKIP_BROWSER=1", pytrace=False)
+    return npm
+
+
+def test_the_install_put_the_built_extension_where_jupyterlab_looks() -> None:
+    with open(os.path.join(INSTALLED, "package.json")) as f:
+        built = json.load(f)
+    assert built["name"] == "cancelkernel-jupyterlab" and built["jupyterlab"]["_build"]["load"].startswith("static/remoteEntry.")
+    assert os.path.exists(os.path.join(INSTALLED, built["jupyterlab"]["_build"]["load"]))
+    with open(os.path.join(INSTALLED, "install.json")) as f:
+        assert json.load(f)["packageName"] == "cancelkernel"
+    assert os.path.exists(os.path.join(INSTALLED, "schemas", "cancelkernel-jupyterlab", "plugin.json"))
+    server_config = os.path.join(sys.prefix, "etc", "jupyter", "jupyter_server_config.d", "cancelkernel.json")
+    with open(server_config) as f:
+        assert json.load(f)["ServerApp"]["jpserver_extensions"] == {"cancelkernel.lab": True}
+
+
+def test_the_typescript_unit_tests_pass() -> None:
+    npm = _npm()
+    if not os.path.isdir(os.path.join(SOURCE, "node_modules")):
+        subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=SOURCE, check=True, timeout=600)
+    done = subprocess.run([npm, "test", "--silent"], cwd=SOURCE, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "Tests:" in done.stderr and "failed" not in done.stderr.split("Tests:")[1].splitlines()[0], done.stderr[-2000:]
