@@ -106,7 +106,10 @@ def build_labextension() -> None:
         return
     npm = shutil.which("npm")
     if npm is None:
-        if not os.path.exists(os.path.join(LAB_BUILT, "package.json")):
+        said = os.path.join("build", "labextension-not-built")  # PEP 517 runs this file once per hook: say it once
+        if not os.path.exists(os.path.join(LAB_BUILT, "package.json")) and not os.path.exists(said):
+            os.makedirs("build", exist_ok=True)
+            open(said, "w").close()
             print(
                 "cancelkernel: the JupyterLab extension was not built (npm not found); the kernel works without it. "
                 "To get it: install Node.js 20 or newer with npm, then install cancelkernel again.",
