@@ -4,6 +4,11 @@ The page's extension lives in the repository's labextension/ (TypeScript) and
 is installed, built, into share/jupyter/labextensions/cancelkernel-jupyterlab;
 this package is what the Jupyter Server loads (enabled by the file
 etc/jupyter/jupyter_server_config.d/cancelkernel.json that the install puts there).
+
+Owns: the extension's entry points and the stack endpoint (`stacks`).  May
+import: jupyter_server and tornado (it runs in the server's process), the frame
+model and the kernel's file names.  Never the kernel side, the runtime, the
+native flag, checkpoints or the agent client (a test checks).
 """
 
 from __future__ import annotations

@@ -50,3 +50,17 @@ def test_the_typescript_unit_tests_pass() -> None:
     done = subprocess.run([npm, "test", "--silent"], cwd=SOURCE, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "Tests:" in done.stderr and "failed" not in done.stderr.split("Tests:")[1].splitlines()[0], done.stderr[-2000:]
+
+
+def test_the_stack_endpoint_says_why_when_no_stack_can_be_had(tmp_path) -> None:
+    """A kernel not started by this server (no pid: a gateway's), or one without our dump file."""
+    import asyncio
+    import types
+
+    from cancelkernel.lab.stacks import stack_of
+
+    remote = asyncio.run(stack_of(types.SimpleNamespace(provisioner=None, connection_file="kernel-1.json")))
+    assert remote == {"available": False, "why": "the kernel does not run on this server's host, so no stack can be had while it does not answer"}
+    local = types.SimpleNamespace(provisioner=types.SimpleNamespace(pid=os.getpid()), connection_file=str(tmp_path / "kernel-2.json"))
+    missing = asyncio.run(stack_of(local))
+    assert missing["available"] is False and "keeps no stack dump file" in missing["why"], missing

@@ -13,6 +13,7 @@ boundary cannot be crossed lazily either.  Rules (each sub-package's
   checkpoint or the command line; and the agent never imports papermill (the engine sits on top of it)
 - mcp/: the agent client, the shared pure modules, the command line's option types and the MCP SDK: never
   the kernel side, the runtime, native, checkpoint or jupyter_client itself; only the command line imports it
+- lab/: the Jupyter Server extension: jupyter_server, the frame model and the kernel's file names only
 """
 
 from __future__ import annotations
@@ -94,6 +95,8 @@ RULES = [
     *((pure, (*JUPYTER, *OURS)) for pure in PURE),
     ("cancelkernel.mcp", ("ipykernel", "IPython", "jupyter_client", "zmq", "cancelkernel.kernel", "cancelkernel.runtime", "cancelkernel.native",
                           "cancelkernel.checkpoint", "cancelkernel.testing", "cancelkernel.papermill")),
+    ("cancelkernel.lab", ("ipykernel", "IPython", "cancelkernel.kernel", "cancelkernel.runtime", "cancelkernel.native", "cancelkernel.checkpoint",
+                          "cancelkernel.agent", "cancelkernel.testing", "cancelkernel.mcp", "cancelkernel.papermill")),
 ]
 
 
