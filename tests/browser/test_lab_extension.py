@@ -7,6 +7,7 @@ Where is it?, and Restart and restore when the cell will not stop.
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
@@ -14,6 +15,17 @@ from lab_page import KERNEL_TIMEOUT, STOP_TIMEOUT, Cell, Marker, Notebook, ms
 from playwright.sync_api import expect
 
 from cancelkernel.testing import FileFlag
+
+
+# CANCELKERNEL_SCREENSHOTS=docs/images: the README's pictures of the extension, taken by the tests that show it.
+SCREENSHOTS = os.environ.get("CANCELKERNEL_SCREENSHOTS")
+
+
+def picture(notebook: Notebook, name: str) -> None:
+    box = notebook.page.locator(".jp-NotebookPanel").first.bounding_box()
+    if SCREENSHOTS and box:
+        clip = {"x": box["x"], "y": box["y"], "width": box["width"], "height": min(box["height"], 300)}
+        notebook.page.screenshot(path=os.path.join(SCREENSHOTS, name), clip=clip)
 
 
 def status_line(cell: Cell):
@@ -38,6 +50,7 @@ def test_the_extension_is_loaded_and_counts_a_budget_down(notebook: Notebook) ->
     assert seconds_left(budgets.inner_text()) < first
     assert "wall budget" in (line.get_attribute("aria-label") or ""), line.get_attribute("aria-label")
     expect(notebook.page.locator("#jp-main-statusbar .ck-RunningStatus"), "no status bar item for the running cell").to_contain_text("cancelkernel: running")
+    picture(notebook, "lab-countdown.png")
     line.get_by_role("button", name="Stop this cell").click()
     cell.wait_done(STOP_TIMEOUT)
     cell.expect_output("KeyboardInterrupt")
@@ -90,6 +103,7 @@ def test_a_gil_held_call_is_shown_as_not_answering_with_its_stack(notebook: Note
     frame = line.locator(".ck-CellStatus-frame").filter(has_text="sum(range(10**13))")
     expect(frame, "the server extension's stack did not show the cell's line").to_be_visible(timeout=ms(KERNEL_TIMEOUT))
     assert re.match(r"Cell In\[\d+\], line 2", frame.inner_text()), frame.inner_text()
+    picture(notebook, "lab-not-answering.png")
     expect(line.get_by_role("button", name="Restart and restore")).to_be_visible()
     notebook.restart()
     cell.wait_not_running()
