@@ -63,6 +63,12 @@ def kernel_in(server: Server, mode: str, example_dir: str):
     kc = server.client(kernel_id)
     setup = f"import sys; sys.path.insert(0, {example_dir!r})\nimport montecarlo\nkept = 'state'"
     assert execute(kc, setup)["content"]["status"] == "ok"
+    # The server follows the kernel's state from its own iopub subscription, which may join after the setup's
+    # busy/idle on a loaded machine (ZeroMQ's slow joiner): a cell more until it has seen one.
+    deadline = time.monotonic() + 60
+    while server.execution_state(kernel_id) != "idle":
+        assert time.monotonic() < deadline, f"the server never saw the kernel's status: {server.execution_state(kernel_id)}"
+        assert execute(kc, "pass")["content"]["status"] == "ok"
     return kernel_id, kc
 
 
