@@ -43,6 +43,23 @@ def stop_hog(hogs: list[subprocess.Popen]) -> None:
         hog.wait()
 
 
+def stop_run(run: subprocess.Popen) -> None:
+    """A pytest run we are leaving (this script was stopped): SIGTERM first, so it shuts its kernels down, then SIGKILL."""
+    if run.poll() is not None:
+        return
+    for signum, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(run.pid, signum)
+            run.wait(timeout=wait)
+            return
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+
+
+def _stop_on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(f"stopped by signal {signum}")
+
+
 def fresh_install(repo: str, workdir: str) -> str:
     """Clone and install; returns the clone's venv python."""
     clone = os.path.join(workdir, "clone")
@@ -62,13 +79,18 @@ def run_pytest(python: str, args: list[str], label: str, log_dir: str) -> tuple[
     log = os.path.join(log_dir, f"{label}.log")
     started = time.monotonic()
     with open(log, "w") as out:
-        result = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args], cwd=clone, stdout=out, stderr=subprocess.STDOUT)
+        run = subprocess.Popen([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args], cwd=clone, stdout=out, stderr=subprocess.STDOUT,
+                               start_new_session=True)  # fmt: skip
+        try:
+            returncode = run.wait()
+        finally:
+            stop_run(run)
     seconds = time.monotonic() - started
     with open(log) as f:
         text = f.read()
     failing = sorted(set(re.findall(r"^(?:FAILED|ERROR) (\S+)", text, re.MULTILINE)))
     summary = next((line.strip("= ") for line in reversed(text.splitlines()) if re.search(r"\d+ (passed|failed)", line)), "no summary")
-    return result.returncode == 0, seconds, failing, summary
+    return returncode == 0, seconds, failing, summary
 
 
 def main() -> int:
@@ -79,6 +101,8 @@ def main() -> int:
     parser.add_argument("--hog", choices=["stress-ng", "python"], default="stress-ng", help="what keeps the cores busy")
     parser.add_argument("--keep", action="store_true", help="keep the clone and the logs")
     args = parser.parse_args()
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _stop_on_signal)  # the finally clauses below stop the run and the hog
     workdir = tempfile.mkdtemp(prefix="cancelkernel-under-load-")
     log_dir = os.path.join(workdir, "logs")
     os.makedirs(log_dir)
