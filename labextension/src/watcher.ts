@@ -196,7 +196,7 @@ export class NotebookWatcher {
       }
     }
     const widget = new CellStatus({
-      stop: () => this._kernel && interruptExecution(this._kernel, msgId),
+      stop: () => this._stop(msgId),
       where: () => void this._where(msgId),
       restartAndRestore: () => this.onRestartAndRestore(this.panel),
       jumpTo: frame => this._jumpTo(frame)
@@ -301,6 +301,19 @@ export class NotebookWatcher {
       this._pollTimer = null;
     }
     this._pollSoon(Math.max(0, this._nextPollAt - now));
+  }
+
+  /** A targeted interrupt; while the kernel does not answer (nothing reads control), the kernel's own interrupt (SIGINT). */
+  private _stop(msgId: string): void {
+    const kernel = this._kernel;
+    if (!kernel) {
+      return;
+    }
+    if (this._answering) {
+      interruptExecution(kernel, msgId);
+    } else {
+      void kernel.interrupt(); // our C handler sets the native flag at once; the Python side acts when the call returns
+    }
   }
 
   // -- Where is it? --

@@ -16,7 +16,6 @@ from playwright.sync_api import expect
 
 from cancelkernel.testing import FileFlag
 
-
 # CANCELKERNEL_SCREENSHOTS=docs/images: the README's pictures of the extension, taken by the tests that show it.
 SCREENSHOTS = os.environ.get("CANCELKERNEL_SCREENSHOTS")
 
@@ -165,3 +164,18 @@ def test_notebook_7_shows_the_line_and_stops_the_cell(browser, lab) -> None:
         lab.request("DELETE", "/api/contents/nb7.ipynb")
         for session in lab.request("GET", "/api/sessions")[1] or []:
             lab.request("DELETE", f"/api/sessions/{session['id']}", timeout=30)
+
+
+def test_a_checkpoint_is_saved_before_a_risky_cell_when_the_setting_says_so(notebook: Notebook, lab) -> None:
+    """checkpointMode before-risky: a cell not yet seen to complete quickly gets a checkpoint before it."""
+    settings = "/lab/api/settings/cancelkernel-jupyterlab:plugin"
+    status, _ = lab.request("PUT", settings, {"raw": '{"checkpointMode": "before-risky"}'})
+    assert status in (200, 204), status
+    try:
+        notebook.page.reload()  # the page reads its settings when it loads
+        notebook.wait_status("Idle")
+        notebook.run_done("x = 42")  # never ran before: risky, so a checkpoint "before" is saved first
+        listed = notebook.run_done("%checkpoint list")
+        listed.expect_output("before")
+    finally:
+        lab.request("PUT", settings, {"raw": "{}"})
