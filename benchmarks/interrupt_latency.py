@@ -81,6 +81,9 @@ KERNELS = {
     "stock-sig": KernelConfig("stock-sig", "python3", (), "stock ipykernel, SIGINT to its process group", "signal"),
     "main-sig": KernelConfig("main-sig", "cancelkernel", _MAIN, "cancelkernel main, SIGINT to its process group", "signal"),
     "worker-sig": KernelConfig("worker-sig", "cancelkernel", _WORKER, "cancelkernel worker, SIGINT to its process group", "signal"),
+    # Optional: main mode with the memory guard off, beside "main", for what the guard's sampling costs.
+    "main-noguard": KernelConfig("main-noguard", "cancelkernel", (*_MAIN, "--CancelKernel.memory_guard=False"),
+                                 "cancelkernel main, memory guard off, interrupt_request"),  # fmt: skip
 }
 DEFAULT_KERNELS = ("stock", "main", "worker")
 
