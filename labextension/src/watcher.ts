@@ -116,6 +116,8 @@ export class NotebookWatcher {
     this._endAll();
     this._kernel = kernel;
     this._ours = false;
+    this._known = false;
+    this._early.clear();
     if (!kernel) {
       return;
     }
@@ -126,10 +128,13 @@ export class NotebookWatcher {
   }
 
   private async _learn(kernel: Kernel.IKernelConnection): Promise<void> {
+    this._known = false;
     try {
       const ours = await isOurKernel(kernel);
       if (kernel === this._kernel) {
         this._ours = ours;
+        this._known = true;
+        this._adoptEarly(ours);
         const info: any = await kernel.info;
         this._grace = Number(info?.cancelkernel?.interrupt_grace ?? 1) || 1;
         this._changed.emit();
@@ -149,7 +154,7 @@ export class NotebookWatcher {
   }
 
   private _onAnyMessage(_: Kernel.IKernelConnection, args: Kernel.IAnyMessageArgs): void {
-    if (!this._ours) {
+    if (this._known && !this._ours) {
       return;
     }
     const msg = args.msg;
@@ -158,16 +163,45 @@ export class NotebookWatcher {
       const cellId = (msg.metadata as any)?.cellId as string | undefined;
       const cell = this.panel.content.widgets.find(c => c.model.id === cellId);
       if (cell instanceof CodeCell) {
-        this._track(msg.header.msg_id, cell);
+        if (this._known) {
+          this._track(msg.header.msg_id, cell);
+        } else {
+          this._early.set(msg.header.msg_id, { cell, startedAt: null, count: null }); // shown once the kernel is known to be ours
+        }
       }
     } else if (args.direction === 'recv' && type === 'execute_reply') {
       const parent = (msg.parent_header as KernelMessage.IHeader).msg_id;
+      this._early.delete(parent);
       this._end(parent, (msg.content as any)?.status !== 'ok' && (msg.content as any)?.ename === 'KeyboardInterrupt');
     }
   }
 
+  /** Requests sent before kernel_info said whose kernel this is: tracked now if it is ours, forgotten if not. */
+  private _adoptEarly(ours: boolean): void {
+    const early = [...this._early.entries()];
+    this._early.clear();
+    if (!ours) {
+      return;
+    }
+    for (const [msgId, seen] of early) {
+      this._track(msgId, seen.cell);
+      const execution = this._executions.get(msgId);
+      if (execution && seen.startedAt !== null) {
+        execution.startedAt = seen.startedAt;
+        execution.count = seen.count;
+        this._pollSoon(0);
+      }
+    }
+    this._render();
+  }
+
   private _onIOPub(_: Kernel.IKernelConnection, msg: KernelMessage.IIOPubMessage): void {
     const parent = (msg.parent_header as KernelMessage.IHeader)?.msg_id;
+    const early = parent ? this._early.get(parent) : undefined;
+    if (early && msg.header.msg_type === 'execute_input' && early.startedAt === null) {
+      early.startedAt = Date.now();
+      early.count = Number((msg.content as any)?.execution_count) || null;
+    }
     const execution = parent ? this._executions.get(parent) : undefined;
     if (!execution) {
       return;
@@ -235,6 +269,7 @@ export class NotebookWatcher {
     for (const msgId of [...this._executions.keys()]) {
       this._end(msgId, false);
     }
+    this._early.clear();
     this._outstanding?.dispose(); // a request to a kernel that is gone is never answered
     this._outstanding = null;
     this._serverStack = null;
@@ -421,6 +456,8 @@ export class NotebookWatcher {
 
   private _kernel: Kernel.IKernelConnection | null = null;
   private _ours = false;
+  private _known = false; // kernel_info has said whether the kernel is ours
+  private readonly _early = new Map<string, { cell: CodeCell; startedAt: number | null; count: number | null }>();
   private _grace = 1;
   private _answering = true;
   private _outstanding: { dispose(): void } | null = null;
