@@ -49,7 +49,16 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const watchers = new Map<NotebookPanel, NotebookWatcher>();
     const restore = (panel: NotebookPanel) => void restartAndRestore(panel, settings.confirmRestore);
 
-    tracker.widgetAdded.connect((_, panel) => {
+    const current = () => tracker.currentWidget;
+    const status = new RunningStatus(() => {
+      const panel = current();
+      const watcher = panel ? watchers.get(panel) : undefined;
+      return watcher?.isOurs ? watcher.summary() : null;
+    });
+    const attach = (panel: NotebookPanel) => {
+      if (watchers.has(panel)) {
+        return;
+      }
       const watcher = new NotebookWatcher(panel, settings, restore);
       watchers.set(panel, watcher);
       watcher.changed.connect(() => {
@@ -57,7 +66,10 @@ const plugin: JupyterFrontEndPlugin<void> = {
         app.commands.notifyCommandChanged(RESTART_AND_RESTORE); // enabled once the kernel is known to be ours
       });
       panel.disposed.connect(() => watchers.delete(panel));
-    });
+    };
+    // A notebook opened before this plugin was activated (Notebook 7 opens its page's notebook at start-up) is watched too.
+    tracker.forEach(attach);
+    tracker.widgetAdded.connect((_, panel) => attach(panel));
 
     if (registry) {
       void registry.load(PLUGIN_ID).then(loaded => {
@@ -84,7 +96,6 @@ const plugin: JupyterFrontEndPlugin<void> = {
       }
     });
 
-    const current = () => tracker.currentWidget;
     app.commands.addCommand(RESTART_AND_RESTORE, {
       label: 'Restart Kernel and Restore Checkpoint…',
       caption: 'Restart the kernel, then restore its latest checkpoint (cancelkernel)',
@@ -102,11 +113,6 @@ const plugin: JupyterFrontEndPlugin<void> = {
     });
     palette?.addItem({ command: RESTART_AND_RESTORE, category: 'Kernel Operations' });
 
-    const status = new RunningStatus(() => {
-      const panel = current();
-      const watcher = panel ? watchers.get(panel) : undefined;
-      return watcher?.isOurs ? watcher.summary() : null;
-    });
     tracker.currentChanged.connect(() => status.update());
     statusBar?.registerStatusItem('cancelkernel-jupyterlab:running', {
       item: status,
