@@ -129,20 +129,10 @@ export interface ICountdown {
 export function countdowns(status: IExecutionStatus, since: number, resident: number | null): ICountdown[] {
   const found: ICountdown[] = [];
   if (status.wall_budget > 0) {
-    const left = status.wall_budget - (status.elapsed + since);
-    found.push({
-      budget: 'wall',
-      left: clamp(left / status.wall_budget),
-      text: left > 0 ? `wall budget: ${formatSeconds(Math.ceil(left))} left` : 'wall budget passed'
-    });
+    found.push(timeLeft('wall', status.wall_budget, status.elapsed + since));
   }
   if (status.quiet_budget > 0) {
-    const left = status.quiet_budget - (status.seconds_since_output + since);
-    found.push({
-      budget: 'quiet',
-      left: clamp(left / status.quiet_budget),
-      text: left > 0 ? `quiet budget: ${formatSeconds(Math.ceil(left))} left` : 'quiet budget passed'
-    });
+    found.push(timeLeft('quiet', status.quiet_budget, status.seconds_since_output + since));
   }
   if (status.memory_budget && status.memory_start !== null && resident !== null) {
     const grown = Math.max(0, resident - status.memory_start);
@@ -153,6 +143,16 @@ export function countdowns(status: IExecutionStatus, since: number, resident: nu
     });
   }
   return found;
+}
+
+/** A time budget of `budget` seconds of which `used` have passed. */
+function timeLeft(budget: 'wall' | 'quiet', seconds: number, used: number): ICountdown {
+  const left = seconds - used;
+  return {
+    budget,
+    left: clamp(left / seconds),
+    text: left > 0 ? `${budget} budget: ${formatSeconds(Math.ceil(left))} left` : `${budget} budget passed`
+  };
 }
 
 function clamp(fraction: number): number {
