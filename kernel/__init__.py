@@ -30,7 +30,9 @@ __version__ = "0.1.0"
 
 def _jupyter_labextension_paths() -> list[dict[str, str]]:
     """Where the built JupyterLab extension is (for `jupyter-builder develop`; an install puts it in share/)."""
-    return [{"src": "labextension", "dest": "cancelkernel-jupyterlab"}]
+    from .lab import LAB_NAME
+
+    return [{"src": "labextension", "dest": LAB_NAME}]
 
 # Public name -> the module that defines it.
 _PUBLIC = {
