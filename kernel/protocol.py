@@ -90,14 +90,17 @@ EVENT_UNRESPONSIVE = "unresponsive"
 EVENT_ABANDONED = "abandoned"
 EVENT_STACK = "stack"
 EVENT_MEMORY = "memory"  # after a memory trip: did the memory come back, and what holds it
+EVENT_STARTED = "started"  # a cell with budgets began: its budgets, for a page that cannot ask once the GIL is held
 
-EVENTS = (EVENT_INTERRUPT, EVENT_RUNAWAY, EVENT_UNRESPONSIVE, EVENT_ABANDONED, EVENT_STACK, EVENT_MEMORY)
+EVENTS = (EVENT_INTERRUPT, EVENT_RUNAWAY, EVENT_UNRESPONSIVE, EVENT_ABANDONED, EVENT_STACK, EVENT_MEMORY, EVENT_STARTED)
 # Events a person sees: published as a one-line note (display_data text/plain + text/html), the
 # event itself in the message's `transient` (never saved into a notebook).  An interrupt is not
 # one of them: it is in the reply metadata and cancel_status only.
 SHOWN_EVENTS = (EVENT_RUNAWAY, EVENT_UNRESPONSIVE, EVENT_ABANDONED, EVENT_STACK, EVENT_MEMORY)
 # The note's text/html is one <div class=NOTE_CLASS>: how a reader of a saved notebook tells a note from the cell's output.
 NOTE_CLASS = "cancelkernel-note"
+# The display id of the `started` event's update_display_data: no display has it, so front ends show nothing.
+STARTED_DISPLAY_PREFIX = "cancelkernel-started-"
 
 # Why a cell still runs a grace period after its interrupt (unresponsive / abandoned event "why").
 UNRESPONSIVE_CAUGHT = "caught"  # its code caught the interrupt and goes on

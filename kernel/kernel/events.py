@@ -85,6 +85,20 @@ def gil_held(execution: Execution, frames: list[Frame], seconds: float, path: st
     return event
 
 
+def started(execution: Execution) -> dict:
+    """A cell with budgets began: what a page needs for its countdown if the kernel then cannot answer."""
+    event = _base(protocol.EVENT_STARTED, execution, "")
+    budgets = execution.budgets
+    event.update(wall_budget=budgets.wall, quiet_budget=budgets.quiet, memory_budget=budgets.memory or None)
+    return event
+
+
+def started_content(event: dict) -> dict:
+    """update_display_data content for `event`: it updates no display, so no front end shows or saves anything."""
+    display_id = protocol.STARTED_DISPLAY_PREFIX + event["execution"]
+    return {"data": {}, "metadata": {}, "transient": {"display_id": display_id, protocol.EVENT_MIME: event}}
+
+
 def note_content(event: dict) -> dict:
     """display_data content of the note a person sees for `event`."""
     line = f"cancelkernel: {event['message']}"

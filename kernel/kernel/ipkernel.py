@@ -199,6 +199,12 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
             content = json_clean(events.note_content(event))
             self.session.send(self.iopub_socket, "display_data", content, parent=parent, ident=self._topic("display_data"))
 
+    def _publish_started(self, execution: Execution, parent: dict) -> None:
+        """The budgets of a cell as it begins: a page counts them down even if one C call then holds the GIL."""
+        if self.session is not None:
+            content = json_clean(events.started_content(events.started(execution)))
+            self.session.send(self.iopub_socket, "update_display_data", content, parent=parent, ident=self._topic("update_display_data"))
+
     def close_notes(self, execution: Execution | None) -> None:
         """The cell's traceback is about to be shown (or the cell ended): no live note may follow it."""
         if execution is not None:
@@ -242,6 +248,8 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
                     self._parents.pop(msg_id, None)
                     return self._cancelled_before_start(msg_id, self._count_as_run(code, silent, store_history))
                 execution = self.runtime.begin(msg_id, code, budgets, subshell_id=subshell_id)
+            if not silent and (budgets.wall or budgets.quiet or budgets.memory):
+                self._publish_started(execution, parent)
         except directives.BudgetError as exc:
             count = self._count_as_run(code, silent, store_history)
             return self._refuse(msg_id, directives.BudgetError, f"{exc} (the cell was not run)", count)

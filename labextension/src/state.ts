@@ -32,6 +32,41 @@ export interface IExecutionStatus {
   stack?: IFrame[];
 }
 
+/** The kernel's `started` event (docs/protocol.md, "Events"): a budgeted cell's budgets as it begins. */
+export interface IStartedEvent {
+  event: 'started';
+  execution: string;
+  elapsed: number;
+  wall_budget: number;
+  quiet_budget: number;
+  memory_budget: number | null;
+}
+
+/**
+ * What a page knows of a budgeted cell before any status answered: its budgets, at `elapsed`.
+ *
+ * A cell whose one C call holds the GIL from its first line never answers a status request, so
+ * without this its countdown would never appear.
+ */
+export function statusAtStart(event: IStartedEvent, firstLine: string): IExecutionStatus {
+  return {
+    msg_id: event.execution,
+    subshell_id: null,
+    first_line: firstLine,
+    elapsed: event.elapsed,
+    seconds_since_output: event.elapsed,
+    wall_budget: event.wall_budget || 0,
+    quiet_budget: event.quiet_budget || 0,
+    memory_budget: event.memory_budget,
+    memory_start: null,
+    interrupts_sent: 0,
+    cancel_reason: null,
+    state: 'running',
+    where: null,
+    line: null
+  };
+}
+
 /** Where one execution is, as a person sees it. */
 export type Phase = 'queued' | 'running' | 'cancelling' | 'unresponsive' | 'not-answering';
 

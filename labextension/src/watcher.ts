@@ -17,7 +17,18 @@ import { PanelLayout } from '@lumino/widgets';
 
 import { CellStatus } from './cellstatus';
 import { EVENT_MIME, ICancelStatus, interruptExecution, isOurKernel, requestCancelStatus, stackFromServer } from './messages';
-import { IExecutionStatus, IFrame, NotedEvent, Phase, countdowns, labelDumpedFrames, phaseOf, viewOf } from './state';
+import {
+  IExecutionStatus,
+  IFrame,
+  IStartedEvent,
+  NotedEvent,
+  Phase,
+  countdowns,
+  labelDumpedFrames,
+  phaseOf,
+  statusAtStart,
+  viewOf
+} from './state';
 
 export interface IWatcherSettings {
   showCountdown: boolean;
@@ -218,6 +229,15 @@ export class NotebookWatcher {
         execution.noted = event.event as NotedEvent;
         this._render();
       }
+    } else if (type === 'update_display_data') {
+      const event = (msg.content as any)?.transient?.[EVENT_MIME];
+      if (event?.event === 'started' && execution.status === null) {
+        // Until a status answers (it may never, if the GIL is held), the budgets count down from here.
+        const firstLine = execution.cell.model.sharedModel.getSource().split('\n')[0] ?? '';
+        execution.status = statusAtStart(event as IStartedEvent, firstLine);
+        execution.statusAt = Date.now();
+        this._render();
+      }
     }
   }
 
@@ -305,13 +325,18 @@ export class NotebookWatcher {
         this._render();
         void this._fetchServerStack();
       }
-      this._pollSoon(250);
+      this._pollSoon(this._answering ? this._untilSilent() : 250);
       return;
     }
     this._outstandingSince = Date.now();
     this._outstanding = requestCancelStatus(kernel, status => this._onCancelStatus(status));
-    this._pollSoon(Math.min(250, this.settings.pollInterval * 1000));
+    this._pollSoon(this._untilSilent());
     this._nextPollAt = Date.now() + this.settings.pollInterval * 1000;
+  }
+
+  /** Milliseconds until the outstanding request has gone unanswered for the grace period: when "not answering" is said. */
+  private _untilSilent(): number {
+    return Math.max(0, this._outstandingSince + this._grace * 1000 - Date.now()) + 20;
   }
 
   private _onCancelStatus(status: ICancelStatus): void {

@@ -17,32 +17,21 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import shutil
-import tempfile
 import typing as t
 from collections.abc import Iterator
 
 import pytest
-from lab_page import WORKER_DISPLAY_NAME, Notebook
+from lab_page import Notebook, lab_server
 
 from cancelkernel.kernelspec import DEFAULT_DISPLAY_NAME
-from cancelkernel.testing import private_kernelspecs
-from cancelkernel.testing.servers import Server, jupyter_server
+from cancelkernel.testing.servers import Server
 
 SKIP_VARIABLE = "CANCELKERNEL_SKIP_BROWSER"
 ARTIFACTS_VARIABLE = "CANCELKERNEL_ARTIFACTS"
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-# JupyterLab settings for the tests: no news toast over the notebook, and widget comms on subshells
-# (JupyterLab's default, written out because the widget test is about it).
-LAB_SETTINGS = {
-    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false", "checkForUpdates": False},
-    "@jupyterlab/apputils-extension/kernels-settings.jupyterlab-settings": {"commsOverSubshells": "perCommTarget"},
-}
-
 
 def _not_available(what: str) -> t.NoReturn:
     if os.environ.get(SKIP_VARIABLE) == "1":
@@ -86,24 +75,8 @@ def artifacts() -> str:
 @pytest.fixture(scope="session")
 def lab(kernelspecs: str, chromium: str) -> Iterator[Server]:
     # `kernelspecs` (the session's) is set up first and torn down last, so JUPYTER_PATH is restored in order.
-    lab_dirs = tempfile.mkdtemp(prefix="cancelkernel-lab-")
-    try:
-        settings = os.path.join(lab_dirs, "settings")
-        for name, values in LAB_SETTINGS.items():
-            os.makedirs(os.path.dirname(os.path.join(settings, name)), exist_ok=True)
-            with open(os.path.join(settings, name), "w") as f:
-                json.dump(values, f)
-        worker = {"exec_thread": "worker", "display_name": WORKER_DISPLAY_NAME}
-        with private_kernelspecs(cancelkernel={}, **{"cancelkernel-worker": worker}) as prefix:
-            env = {
-                "JUPYTER_PATH": os.path.join(prefix, "share", "jupyter"),
-                "JUPYTERLAB_SETTINGS_DIR": settings,
-                "JUPYTERLAB_WORKSPACES_DIR": os.path.join(lab_dirs, "workspaces"),
-            }
-            with jupyter_server(env=env) as server:
-                yield server
-    finally:
-        shutil.rmtree(lab_dirs, ignore_errors=True)
+    with lab_server() as server:
+        yield server
 
 
 @pytest.fixture

@@ -9,9 +9,15 @@ the kernel's display name.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import re
+import shutil
+import tempfile
 import urllib.parse
 import uuid
+from collections.abc import Iterator
 
 try:
     from playwright.sync_api import Locator, Page, expect
@@ -19,8 +25,8 @@ except ImportError:  # the `chromium` fixture fails (or skips) each test with wh
     pass
 
 from cancelkernel.kernelspec import DEFAULT_DISPLAY_NAME
-from cancelkernel.testing import FileFlag
-from cancelkernel.testing.servers import Server
+from cancelkernel.testing import FileFlag, private_kernelspecs
+from cancelkernel.testing.servers import Server, jupyter_server
 
 # Generous bounds on waits for the page (JupyterLab's first load on a busy 2-core machine) and for a kernel.
 LOAD_TIMEOUT = 90.0
@@ -32,6 +38,36 @@ _STATUS_SEPARATOR = " | "
 _ERROR_MIME = "application/vnd.jupyter.stderr"
 # What `cancelkernel install --exec-thread worker` calls its spec (the lab's worker-mode launcher card).
 WORKER_DISPLAY_NAME = "Python 3 (cancelkernel, worker thread)"
+
+# JupyterLab settings for the tests: no news toast over the notebook, and widget comms on subshells
+# (JupyterLab's default, written out because the widget test is about it).
+LAB_SETTINGS = {
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false", "checkForUpdates": False},
+    "@jupyterlab/apputils-extension/kernels-settings.jupyterlab-settings": {"commsOverSubshells": "perCommTarget"},
+}
+
+
+@contextlib.contextmanager
+def lab_server() -> Iterator[Server]:
+    """`jupyter server` with JupyterLab: its own settings and workspaces, and kernelspecs "cancelkernel" and "cancelkernel-worker"."""
+    lab_dirs = tempfile.mkdtemp(prefix="cancelkernel-lab-")
+    try:
+        settings = os.path.join(lab_dirs, "settings")
+        for name, values in LAB_SETTINGS.items():
+            os.makedirs(os.path.dirname(os.path.join(settings, name)), exist_ok=True)
+            with open(os.path.join(settings, name), "w") as f:
+                json.dump(values, f)
+        worker = {"exec_thread": "worker", "display_name": WORKER_DISPLAY_NAME}
+        with private_kernelspecs(cancelkernel={}, **{"cancelkernel-worker": worker}) as prefix:
+            env = {
+                "JUPYTER_PATH": os.path.join(prefix, "share", "jupyter"),
+                "JUPYTERLAB_SETTINGS_DIR": settings,
+                "JUPYTERLAB_WORKSPACES_DIR": os.path.join(lab_dirs, "workspaces"),
+            }
+            with jupyter_server(env=env) as server:
+                yield server
+    finally:
+        shutil.rmtree(lab_dirs, ignore_errors=True)
 
 
 def ms(seconds: float) -> float:

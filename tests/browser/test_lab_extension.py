@@ -99,6 +99,9 @@ def test_a_gil_held_call_is_shown_as_not_answering_with_its_stack(notebook: Note
     # Control cannot answer while one C call holds the GIL: the page says so after the kernel's grace period.
     expect(line, "a GIL-held call was not shown as not answering").to_have_attribute("data-phase", "not-answering", timeout=ms(KERNEL_TIMEOUT))
     expect(line.locator(".ck-CellStatus-phase")).to_have_text("the kernel does not answer")
+    # The budget counts down though no status may ever have answered (the kernel's `started` event), and shows no output.
+    expect(line.locator(".ck-CellStatus-budgets")).to_contain_text("wall budget:")
+    expect(cell.outputs, "the started event showed something in the cell").to_have_count(0)
     line.get_by_role("button", name="Where is it?").click()
     frame = line.locator(".ck-CellStatus-frame").filter(has_text="sum(range(10**13))")
     expect(frame, "the server extension's stack did not show the cell's line").to_be_visible(timeout=ms(KERNEL_TIMEOUT))

@@ -18,6 +18,7 @@ import time
 
 import pytest
 
+from cancelkernel import protocol
 from cancelkernel.testing import MODES, REPLY_TIMEOUT, FileFlag, drain, execute, interrupt, outputs, running_kernel, wait_reply, wait_running
 
 
@@ -154,6 +155,19 @@ def test_display_and_rich_output(kc) -> None:
     assert updates and updates[0]["content"]["data"]["text/plain"] == "v2"
     results = [m for m in msgs if m["msg_type"] == "execute_result"]
     assert len(results) == 1 and results[0]["content"]["data"]["text/html"] == "<i>result</i>"
+
+
+def test_a_budgeted_cell_says_its_budgets_as_it_begins_and_shows_nothing(kc) -> None:
+    _, msgs = run(kc, "%%budget wall=30 quiet=20\nprint('in')")
+    kinds = [m["msg_type"] for m in msgs]
+    assert kinds.count("update_display_data") == 1, kinds
+    started = msgs[kinds.index("update_display_data")]["content"]
+    assert kinds.index("update_display_data") < kinds.index("stream"), kinds  # before the cell's code
+    assert started["data"] == {} and started["transient"]["display_id"].startswith(protocol.STARTED_DISPLAY_PREFIX)
+    event = started["transient"][protocol.EVENT_MIME]
+    assert (event["event"], event["wall_budget"], event["quiet_budget"], event["memory_budget"]) == ("started", 30, 20, None)
+    _, plain = run(kc, "print('plain')")
+    assert "update_display_data" not in [m["msg_type"] for m in plain]  # no budget: nothing more per cell
 
 
 # -- input over stdin ---------------------------------------------------------------------------

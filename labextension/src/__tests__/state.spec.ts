@@ -9,6 +9,7 @@ import {
   isRisky,
   labelDumpedFrames,
   phaseOf,
+  statusAtStart,
   viewOf
 } from '../state';
 
@@ -93,6 +94,26 @@ describe('countdowns', () => {
   });
   it('has nothing to count without budgets', () => {
     expect(countdowns(status(), 100, 10)).toEqual([]);
+  });
+});
+
+describe('statusAtStart', () => {
+  it('counts a budgeted cell down from its started event before any status answered', () => {
+    const start = statusAtStart(
+      { event: 'started', execution: 'm9', elapsed: 0.01, wall_budget: 2, quiet_budget: 0, memory_budget: null },
+      '%%budget wall=2'
+    );
+    expect(start.msg_id).toBe('m9');
+    expect(start.state).toBe('running');
+    expect(countdowns(start, 0.99, null).map(c => c.text)).toEqual(['wall budget: 1 s left']);
+    expect(countdowns(start, 5, null).map(c => c.text)).toEqual(['wall budget passed']);
+  });
+  it('counts quiet from the start too, and memory not until the kernel says its resident set', () => {
+    const start = statusAtStart(
+      { event: 'started', execution: 'm9', elapsed: 0, wall_budget: 0, quiet_budget: 10, memory_budget: 1024 },
+      ''
+    );
+    expect(countdowns(start, 3, null).map(c => c.text)).toEqual(['quiet budget: 7 s left']);
   });
 });
 
