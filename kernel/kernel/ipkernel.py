@@ -2,7 +2,7 @@
 
 It owns nothing but the wiring: `interrupt_request` (optionally targeted),
 `cancel_status_request`, `checkpoint_request`, execute_reply metadata, the
-notes a person sees (events.py says which).  The runtime runs, watches and stops the code; the checkpoint
+notes a person sees (notes.py publishes them, events.py says which).  The runtime runs, watches and stops the code; the checkpoint
 package saves state; metadata.py says what a reply contains.
 """
 
@@ -34,6 +34,7 @@ from . import concurrent_cells, events, metadata, upstream
 from .comms import CommStatus
 from .control import ControlRequests
 from .interrupts import PendingCancels
+from .notes import CellNotes
 from .options import KernelOptions
 from .replies import InternalError, error_reply, internal_error_text
 from .shell import CancelShell
@@ -68,9 +69,8 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
         upstream.honour_frontend_subshell()  # widgets answer on the subshell JupyterLab chose (comms.py)
         self._shutting_down = False
         self._last_stack: dict | None = None
-        # Held while a note is published and while a cell's traceback closes its notes: a note comes before it or never.
-        self._notes_lock = threading.Lock()
         self._parents: dict[str, dict] = {}
+        self.notes = CellNotes(self, self._parents)
         self._reply_metadata: dict[str, dict] = {}
         self._aborted_before_reply = False
         self.pending_cancels = PendingCancels()
@@ -102,7 +102,7 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
         self.runtime.sigint.register_run_code(upstream.run_code_like_ipython.__code__)
         shell.runtime = self.runtime
         shell.on_output = self.runtime.output_seen
-        shell.on_traceback = self.close_notes
+        shell.on_traceback = self.notes.close
         connect_streams(shell, self.runtime.output_seen, [sys.stdout, sys.stderr])
         self.checkpoints = ShellCheckpoints(shell, CheckpointSettings(parent=self))
         register_checkpoint_magics(shell, self.checkpoints)
@@ -174,42 +174,18 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
         """A budget tripped (watchdog thread, before the interrupt): say so in the cell, with the stack."""
         frames = self._remember(execution, execution.stack)
         event = events.runaway(execution, reason, frames, interrupting=interrupting, guard_source=self.runtime.memory.view.source)
-        self._publish_note(execution, event)
+        self.notes.publish(execution, event)
 
     def unresponsive(self, execution: Execution, why: str) -> None:
         """The interrupt did not stop the cell within the grace period (watchdog thread): say why, and where it is."""
         frames = self._remember(execution, execution.stack)
-        self._publish_note(execution, events.unresponsive(execution, why, frames, self.interrupt_grace))
+        self.notes.publish(execution, events.unresponsive(execution, why, frames, self.interrupt_grace))
 
     def _remember(self, execution: Execution, record: StackRecord | None) -> list[Frame]:
         if record is None:
             return []
         self._last_stack = metadata.stack_record(execution, record)
         return record.frames
-
-    def _publish_note(self, execution: Execution, event: dict, *, last: bool = False) -> None:
-        """A note into the cell `execution`, while it runs: never after its traceback, never into another cell.
-
-        `last`: the cell's final note, after everything else it showed.
-        """
-        with self._notes_lock:
-            parent = self._parents.get(execution.msg_id)
-            if self.session is None or parent is None or (execution.notes_closed and not last):
-                return
-            content = json_clean(events.note_content(event))
-            self.session.send(self.iopub_socket, "display_data", content, parent=parent, ident=self._topic("display_data"))
-
-    def _publish_started(self, execution: Execution, parent: dict) -> None:
-        """The budgets of a cell as it begins: a page counts them down even if one C call then holds the GIL."""
-        if self.session is not None:
-            content = json_clean(events.started_content(events.started(execution)))
-            self.session.send(self.iopub_socket, "update_display_data", content, parent=parent, ident=self._topic("update_display_data"))
-
-    def close_notes(self, execution: Execution | None) -> None:
-        """The cell's traceback is about to be shown (or the cell ended): no live note may follow it."""
-        if execution is not None:
-            with self._notes_lock:
-                execution.notes_closed = True
 
     # -- execution --
 
@@ -249,7 +225,7 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
                     return self._cancelled_before_start(msg_id, self._count_as_run(code, silent, store_history))
                 execution = self.runtime.begin(msg_id, code, budgets, subshell_id=subshell_id)
             if not silent and (budgets.wall or budgets.quiet or budgets.memory):
-                self._publish_started(execution, parent)
+                self.notes.started(execution)
         except directives.BudgetError as exc:
             count = self._count_as_run(code, silent, store_history)
             return self._refuse(msg_id, directives.BudgetError, f"{exc} (the cell was not run)", count)
@@ -269,7 +245,7 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
                 # Last line of defence: an interrupt that escaped the shell still gets a reply.
                 reply = self._escaped_interrupt_reply(execution, exc)
         finally:
-            self.close_notes(execution)
+            self.notes.close(execution)
             self.runtime.end(execution)
             self.pending_cancels.finished(msg_id)
         try:
@@ -295,11 +271,11 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
         if execution.dump is not None:
             frames = self._remember(execution, execution.dump)
             if held and not (execution.report is not None and execution.report.told_gil):
-                self._publish_note(execution, events.gil_held(execution, frames, held, self.runtime.dumps.path), last=True)
+                self.notes.publish(execution, events.gil_held(execution, frames, held, self.runtime.dumps.path), last=True)
         if execution.memory.kind is not None:
             # What still holds memory once the frame unwound (locals are gone): the names an agent or person can free.
             execution.memory.holders = biggest_names(self.shell.user_ns if self.shell is not None else {})
-            self._publish_note(execution, events.memory_after(execution), last=True)
+            self.notes.publish(execution, events.memory_after(execution), last=True)
         autosaved = None if silent else maybe_autosave(self.checkpoints, reply.get("status"))
         if before or autosaved:
             execution.checkpoint = {"before": before, "autosave": autosaved}

@@ -62,10 +62,20 @@ export function requestCancelStatus(kernel: Kernel.IKernelConnection, onReply: (
   return future;
 }
 
+/** What interrupt_reply says (docs/protocol.md, "Interrupts"). */
+export interface IInterruptReply {
+  status: 'ok' | 'error';
+  interrupted?: boolean;
+  pending?: boolean; // the target has not started: it will be cancelled when it starts, none of its code runs
+}
+
 /** A targeted interrupt: only the execution `msgId`, running or still queued (then it never starts). */
-export function interruptExecution(kernel: Kernel.IKernelConnection, msgId: string): void {
+export function interruptExecution(kernel: Kernel.IKernelConnection, msgId: string, onReply: (reply: IInterruptReply) => void): void {
   const future = kernel.sendControlMessage(message(kernel, 'control', 'interrupt_request', { target: msgId }), true, false);
-  future.onReply = () => future.dispose();
+  future.onReply = (reply: any) => {
+    onReply(reply.content as IInterruptReply);
+    future.dispose();
+  };
 }
 
 /** A checkpoint_request on the shell channel (it waits behind a running cell, like any shell request). */

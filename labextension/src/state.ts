@@ -68,7 +68,7 @@ export function statusAtStart(event: IStartedEvent, firstLine: string): IExecuti
 }
 
 /** Where one execution is, as a person sees it. */
-export type Phase = 'queued' | 'running' | 'cancelling' | 'unresponsive' | 'not-answering';
+export type Phase = 'queued' | 'cancelled' | 'running' | 'cancelling' | 'unresponsive' | 'not-answering';
 
 /** What the page shows for a phase: the words, and the longer accessible label. */
 export interface IPhaseView {
@@ -82,6 +82,7 @@ export type NotedEvent = 'runaway' | 'unresponsive' | 'abandoned' | 'stack' | 'm
 
 const PHASE_TEXT: Record<Phase, [string, string]> = {
   queued: ['queued', 'queued: waits for the cell before it'],
+  cancelled: ['cancelled', 'cancelled: it will not run'],
   running: ['running', 'running'],
   cancelling: ['stopping', 'interrupted: stopping'],
   unresponsive: ['not stopping', 'interrupted, but still running: the interrupt did not take'],
@@ -96,15 +97,17 @@ const PHASE_TEXT: Record<Phase, [string, string]> = {
  *
  * `answering` is false when the kernel's control channel let a status request go unanswered for
  * the grace period while this cell ran: only a held GIL keeps it silent that long.
+ * `cancelledBeforeStart`: the kernel said this queued cell's interrupt is pending (it will not run).
  */
 export function phaseOf(
   started: boolean,
   status: IExecutionStatus | null,
   answering: boolean,
-  noted: NotedEvent | null = null
+  noted: NotedEvent | null = null,
+  cancelledBeforeStart = false
 ): Phase {
   if (!started) {
-    return 'queued';
+    return cancelledBeforeStart ? 'cancelled' : 'queued';
   }
   if (!answering) {
     return 'not-answering';

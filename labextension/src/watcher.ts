@@ -48,6 +48,7 @@ class Execution {
   statusAt = 0;
   resident: number | null = null;
   noted: NotedEvent | null = null;
+  cancelledBeforeStart = false; // Stop this cell on a queued cell: the kernel will cancel it as it starts
 }
 
 /** A summary for the status bar: the notebook's running cell and its state. */
@@ -297,7 +298,7 @@ export class NotebookWatcher {
   }
 
   private _phase(execution: Execution): Phase {
-    return phaseOf(execution.startedAt !== null, execution.status, this._answering, execution.noted);
+    return phaseOf(execution.startedAt !== null, execution.status, this._answering, execution.noted, execution.cancelledBeforeStart);
   }
 
   // -- polling, only while a cell of this notebook runs --
@@ -370,7 +371,13 @@ export class NotebookWatcher {
       return;
     }
     if (this._answering) {
-      interruptExecution(kernel, msgId);
+      interruptExecution(kernel, msgId, reply => {
+        const execution = this._executions.get(msgId);
+        if (execution && reply.pending) {
+          execution.cancelledBeforeStart = true;
+          this._render();
+        }
+      });
     } else {
       void kernel.interrupt(); // our C handler sets the native flag at once; the Python side acts when the call returns
     }

@@ -41,6 +41,10 @@ describe('phaseOf', () => {
   it('is queued until the cell starts, whatever else is known', () => {
     expect(phaseOf(false, null, false)).toBe('queued');
   });
+  it('says a queued cell whose stop the kernel took is cancelled: it will not run', () => {
+    expect(phaseOf(false, null, true, null, true)).toBe('cancelled');
+    expect(viewOf('cancelled').label).toContain('will not run');
+  });
   it('says the kernel does not answer before anything the last status said', () => {
     expect(phaseOf(true, status({ state: 'cancelling' }), false)).toBe('not-answering');
   });
