@@ -116,7 +116,7 @@ STACK_DUMP = "dump"
 # -- starting --------------------------------------------------------------------------
 
 # The exit code of a kernel whose connection file names a port another process took between the
-# launcher choosing it and the kernel binding it (jupyter_client #487): start it again with new ports.
+# launcher choosing it and the kernel binding it (jupyter_client picks free ports, then closes them): start it again with new ports.
 EXIT_PORT_IN_USE = 75  # EX_TEMPFAIL
 
 # -- the agent client's results and log (docs/agent.md) --------------------------------

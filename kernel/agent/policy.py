@@ -7,7 +7,8 @@
     kernel process gone (exit, kill -9, segfault, OOM) or restarted by its owner -> died, restart, restore
 
 Every wait is bounded, and the process is checked every POLL seconds, so a
-dead or restarted kernel never leaves the caller waiting (nbclient #88, #319).
+dead or restarted kernel never leaves the caller waiting (nbclient waits forever for
+the reply of a kernel that died, or that its owner restarted, in the middle of a cell).
 """
 
 from __future__ import annotations

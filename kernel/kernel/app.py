@@ -39,7 +39,7 @@ class CancelKernelApp(IPKernelApp):
                 raise
             self.log.critical(
                 "cancelkernel: %s. Another process took a port of the connection file after the launcher chose it "
-                "(jupyter_client #487); start the kernel again with new ports.", exc,
+                "(the launcher chose it free, then let it go); start the kernel again with new ports.", exc,
             )
             sys.exit(protocol.EXIT_PORT_IN_USE)
 

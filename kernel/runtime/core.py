@@ -8,8 +8,8 @@ exception in the thread running the user's code (SIGINT on the main thread, an
 async exception elsewhere), the waker of a cooperative sleep, the asyncio task
 of an awaiting cell, SIGINT to child processes.
 
-Why each step is shaped this way: docs/design.md ("The cancellation core")
-and docs/cancellation.md.  Nothing here knows about Jupyter.
+Why each step is shaped this way: docs/design.md ("One interrupt, from the
+control channel to the user's code and back") and docs/cancellation.md.  Nothing here knows about Jupyter.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def drop_pending_async_exception() -> None:
 
     Taking it this way is the only way that also resets the interpreter's
     "async exception pending" signal on 3.11 and 3.12 (docs/cancellation.md,
-    "Clearing a pending async exception").  Call it only after the window is
+    "Delivering an interrupt to a thread").  Call it only after the window is
     closed, so that no new exception can be aimed at the thread.
     """
     try:

@@ -11,7 +11,7 @@ The timer is a dead man's switch (the watchdog pushes it forward on every
 tick): it fires only when the watchdog has been starved, that is when one C
 call holds the GIL.  It must never fire while Python threads run: faulthandler
 reads every thread's frames without the GIL, and a frame freed under it
-crashes the kernel (docs/cancellation.md, "Stack dumps").
+crashes the kernel (docs/cancellation.md, "Stack dumps while threads run").
 
 Every dump belongs to the cells that ran while it was written: a cell keeps
 the file's size at its start (`position()`) and reads only what came after

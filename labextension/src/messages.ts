@@ -62,7 +62,7 @@ export function requestCancelStatus(kernel: Kernel.IKernelConnection, onReply: (
   return future;
 }
 
-/** What interrupt_reply says (docs/protocol.md, "Interrupts"). */
+/** What interrupt_reply says (docs/protocol.md, "Interrupt"). */
 export interface IInterruptReply {
   status: 'ok' | 'error';
   interrupted?: boolean;

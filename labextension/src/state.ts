@@ -3,7 +3,7 @@
  * src/__tests__ (no DOM, no JupyterLab).
  */
 
-/** One frame of a stack, as the kernel sends it (docs/protocol.md, "frame"), innermost last. */
+/** One frame of a stack, as the kernel sends it (docs/protocol.md, "execute_reply metadata"), innermost last. */
 export interface IFrame {
   filename: string;
   lineno: number;

@@ -138,7 +138,7 @@ loop.start()
 
 
 def test_kernel_auto_restarted_by_its_owner_returns_died(tmp_path: Any) -> None:
-    """nbclient #319: the owner's restarter replaces a dead kernel while a cell waits; the client must return."""
+    """The owner's restarter replaces a dead kernel while a cell waits (nbclient then waits forever): the client must return."""
     import subprocess
     import sys
 

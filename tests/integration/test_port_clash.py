@@ -1,4 +1,4 @@
-"""A port another process takes between the launcher choosing it and the kernel binding it (jupyter_client #487).
+"""A port another process takes between the launcher choosing it and the kernel binding it (jupyter_client chooses free ports, then lets them go).
 
 The kernel says so with its own exit code, and the agent client launches it
 again with new ports instead of failing the user's run.  The clash is made
