@@ -70,10 +70,3 @@ def _seconds(value: object) -> float | None:
     if isinstance(value, str):
         return number_with_unit(value, UNITS)
     return None
-
-
-def format_duration(seconds: float) -> str:
-    """'30 s', '1.5 s', '250 ms': how our messages print a duration."""
-    if seconds < 1 and seconds != 0:
-        return f"{seconds * 1000:g} ms"
-    return f"{seconds:g} s"

@@ -21,8 +21,8 @@ side, the agent or the command line.
 from __future__ import annotations
 
 from .errors import BadCheckpointName as BadCheckpointName
-from .errors import CheckpointError as CheckpointError
 from .errors import CheckpointNotFound as CheckpointNotFound
+from .errors import CheckpointStoreError as CheckpointStoreError
 from .errors import CheckpointTooLarge as CheckpointTooLarge
 from .errors import CheckpointWriteError as CheckpointWriteError
 from .errors import CorruptCheckpoint as CorruptCheckpoint
@@ -45,7 +45,7 @@ __all__ = [
     "DEFAULT_NAME",
     "DEFAULT_SIZE_LIMIT",
     "BadCheckpointName",
-    "CheckpointError",
+    "CheckpointStoreError",
     "CheckpointInfo",
     "CheckpointNotFound",
     "CheckpointTooLarge",

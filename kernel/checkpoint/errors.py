@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-class CheckpointError(Exception):
+class CheckpointStoreError(Exception):
     """A checkpoint could not be saved, restored, listed or dropped; the message says why and what to do."""
 
     def _render_traceback_(self) -> list[str]:
@@ -11,25 +11,25 @@ class CheckpointError(Exception):
         return [f"{type(self).__name__}: {self}"]
 
 
-class BadCheckpointName(CheckpointError, ValueError):
+class BadCheckpointName(CheckpointStoreError, ValueError):
     """The checkpoint name is not usable as a directory name."""
 
 
-class CheckpointNotFound(CheckpointError, LookupError):
+class CheckpointNotFound(CheckpointStoreError, LookupError):
     """No checkpoint of that name (or none at all) in the directory."""
 
 
-class UntrustedCheckpoint(CheckpointError, PermissionError):
+class UntrustedCheckpoint(CheckpointStoreError, PermissionError):
     """Refused: a checkpoint file or directory someone else owns or may have changed."""
 
 
-class CheckpointWriteError(CheckpointError, OSError):
+class CheckpointWriteError(CheckpointStoreError, OSError):
     """Writing the checkpoint failed (disk full, permissions); the previous one is intact."""
 
 
-class CheckpointTooLarge(CheckpointError):
+class CheckpointTooLarge(CheckpointStoreError):
     """The namespace is over the size allowed for this save (autosave limit)."""
 
 
-class CorruptCheckpoint(CheckpointError):
+class CorruptCheckpoint(CheckpointStoreError):
     """The manifest of a checkpoint cannot be read."""

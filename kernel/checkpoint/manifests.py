@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .errors import BadCheckpointName, CheckpointError, CheckpointNotFound, CheckpointWriteError, CorruptCheckpoint
+from .errors import BadCheckpointName, CheckpointNotFound, CheckpointStoreError, CheckpointWriteError, CorruptCheckpoint
 from .store import (
     DATA_PREFIX,
     FORMAT,
@@ -80,7 +80,7 @@ def read_latest(directory: str) -> str | None:
         with open(os.path.join(directory, LATEST), "rb") as f:
             name = json.loads(f.read(4096)).get("name")
         return validate_name(name)
-    except (OSError, ValueError, AttributeError, CheckpointError):
+    except (OSError, ValueError, AttributeError, CheckpointStoreError):
         return None
 
 
@@ -133,7 +133,7 @@ def iter_checkpoints(directory: str) -> Iterator[CheckpointInfo]:
             continue
         try:
             m = read_manifest(path, trusted=False)
-        except CheckpointError as exc:
+        except CheckpointStoreError as exc:
             yield CheckpointInfo(name, path, 0.0, 0, 0, 0, problem=str(exc))
             continue
         totals = m.get("totals", {})
@@ -143,7 +143,7 @@ def iter_checkpoints(directory: str) -> Iterator[CheckpointInfo]:
         try:
             check_trusted_dir(path, what="checkpoint directory")
             check_trusted(os.path.join(path, MANIFEST), os.lstat(os.path.join(path, MANIFEST)), what="checkpoint manifest")
-        except CheckpointError as exc:
+        except CheckpointStoreError as exc:
             info.problem = str(exc)
         yield info
 

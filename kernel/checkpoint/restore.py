@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from . import pickling as cpickle
+from . import pickling
 from .buffers import LAYOUT
 from .errors import CheckpointNotFound, UntrustedCheckpoint
 from .manifests import checkpoint_dir, latest_name, list_infos, read_manifest
@@ -137,11 +137,11 @@ def _apply(loader: _Loader, entry: dict, report: RestoreReport, *, last_try: boo
     name, kind = entry["name"], str(entry.get("kind", "value"))
     try:
         loader.apply(entry)
-    except (NameError, cpickle.MissingName) as exc:
+    except (NameError, pickling.MissingName) as exc:
         if not last_try:
             return False
         report.skipped.append(Skipped(name, f"failed: {exc}", kind, stage="restore"))
-    except cpickle.Damaged as exc:
+    except pickling.Damaged as exc:
         report.skipped.append(Skipped(name, f"damaged: {exc}", kind, stage="restore"))
     except UntrustedCheckpoint:
         raise
@@ -172,14 +172,14 @@ class _Loader:
         elif kind == "value":
             self.namespace[name] = self._load_value(entry)
         else:
-            raise cpickle.Damaged(f"unknown kind {kind!r} in the manifest")
+            raise pickling.Damaged(f"unknown kind {kind!r} in the manifest")
 
     def _run_definition(self, entry: dict) -> None:
         name = entry["name"]
         alias = entry.get("alias_of")
         if isinstance(alias, str):
             if alias not in self.namespace:
-                raise cpickle.MissingName(alias)
+                raise pickling.MissingName(alias)
             self.namespace[name] = self.namespace[alias]
             return
         source, defines = _field(entry, "source", str), _field(entry, "defines", str)
@@ -196,22 +196,22 @@ class _Loader:
     def _load_value(self, entry: dict) -> Any:
         file, offset, size = _field(entry, "file", str), _field(entry, "offset", int), _field(entry, "size", int)
         if os.path.basename(file) != file or file.startswith("."):
-            raise cpickle.Damaged(f"file name {file!r} in the manifest is not one this kernel writes")
+            raise pickling.Damaged(f"file name {file!r} in the manifest is not one this kernel writes")
         crc = _field(entry, "crc32", int) if entry.get("layout") != LAYOUT else 0
         if file == SMALL_FILE:
             blob = self._small_file()
             if len(blob) < offset + size:
-                raise cpickle.Damaged(f"{SMALL_FILE} is {len(blob)} bytes, the manifest expects at least {offset + size}: truncated")
+                raise pickling.Damaged(f"{SMALL_FILE} is {len(blob)} bytes, the manifest expects at least {offset + size}: truncated")
             segment = blob[offset : offset + size]
-            cpickle.check_segment(segment, crc)
-            value = cpickle.load_bytes(segment, self.namespace)
+            pickling.check_segment(segment, crc)
+            value = pickling.load_bytes(segment, self.namespace)
         elif entry.get("layout") == LAYOUT:
-            value = cpickle.load_file(self._open(file), entry, self.namespace)
+            value = pickling.load_file(self._open(file), entry, self.namespace)
         else:  # a value file saved before layout 2: one checksum, buffers in the stream
             fd = self._open(file)
             with os.fdopen(fd, "rb") as f:
-                cpickle.verify_file(f, offset, size, crc)
-                value = cpickle.load(f, self.namespace)
+                pickling.verify_file(f, offset, size, crc)
+                value = pickling.load(f, self.namespace)
         self.bytes += size
         return value
 
@@ -220,7 +220,7 @@ class _Loader:
         try:
             return open_trusted(path, what="checkpoint file")
         except FileNotFoundError:
-            raise cpickle.Damaged(f"its file {path} is missing") from None
+            raise pickling.Damaged(f"its file {path} is missing") from None
 
     def _small_file(self) -> bytes:
         if self._small is None:
@@ -235,5 +235,5 @@ class _Loader:
 def _field(entry: dict, key: str, kind: type) -> Any:
     value = entry.get(key)
     if not isinstance(value, kind) or isinstance(value, bool):
-        raise cpickle.Damaged(f"the manifest entry has no valid {key!r}")
+        raise pickling.Damaged(f"the manifest entry has no valid {key!r}")
     return value

@@ -10,9 +10,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import pickling as cpickle
+from . import pickling
 from .buffers import LAYOUT
-from .errors import CheckpointError, CheckpointTooLarge, CheckpointWriteError
+from .errors import CheckpointStoreError, CheckpointTooLarge, CheckpointWriteError
 from .manifests import checkpoint_dir, read_manifest, remove_leftovers, remove_stale, write_latest, write_manifest
 from .model import DEFAULT_NAME, DEFAULT_SIZE_LIMIT, SMALL_FILE, Manifest, size_text, user_items
 from .source import NoSource, default_cell_files, is_cell_defined, source_of
@@ -40,7 +40,7 @@ def save(
     started = time.perf_counter()
     items = user_items(namespace, hidden)
     if total_limit is not None:
-        estimate = sum(n for n in (cpickle.buffer_nbytes(v) for _, v in items) if n)
+        estimate = sum(n for n in (pickling.buffer_nbytes(v) for _, v in items) if n)
         if estimate > total_limit:
             raise CheckpointTooLarge(
                 f"not saved: the namespace holds at least {size_text(estimate)} of buffers, over the limit of {size_text(total_limit)}"
@@ -67,7 +67,7 @@ def save(
             "saved": saved,
             "saved_iso": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(saved)),
             "python": sys.version.split()[0],
-            "pickle_protocol": cpickle.PROTOCOL,
+            "pickle_protocol": pickling.PROTOCOL,
             "namespace_module": module_name,
             "data": os.path.basename(data),
             "entries": entries,
@@ -82,11 +82,11 @@ def save(
     except BaseException as exc:
         if not _committed(cpath, data):
             remove_tree(data)  # the old manifest still points at the old data: nothing else to undo
-        if isinstance(exc, cpickle.OverTotal):
+        if isinstance(exc, pickling.OverTotal):
             raise CheckpointTooLarge(
                 f"not saved: the namespace pickles to more than {size_text(total_limit or 0)}, the limit for this save"
             ) from None
-        if isinstance(exc, OSError) and not isinstance(exc, CheckpointError):
+        if isinstance(exc, OSError) and not isinstance(exc, CheckpointStoreError):
             raise _write_error(name, root, exc, had_previous) from exc
         raise
     remove_stale(cpath, keep=os.path.basename(data))
@@ -101,7 +101,7 @@ def _committed(cpath: str, data: str) -> bool:
     """Whether the manifest now on disk points at `data` (an interrupt can land just after the rename)."""
     try:
         return read_manifest(cpath, trusted=False)["data"] == os.path.basename(data)
-    except CheckpointError:
+    except CheckpointStoreError:
         return False
 
 
@@ -149,7 +149,7 @@ def _write_entries(
         else:
             entry["kind"] = "value"
             values.append((entry, value))
-    budget = cpickle.Budget(total_limit)
+    budget = pickling.Budget(total_limit)
     nbytes = 0
     small = _SmallFile(os.path.join(data, SMALL_FILE))
     args = _PickleArgs(refs, namespace, module_name)
@@ -206,9 +206,9 @@ class _SmallFile:
 
     def append(self, data: bytes | bytearray) -> int:
         if self.fd is None:
-            self.fd = cpickle.create_private_file(self.path)
+            self.fd = pickling.create_private_file(self.path)
         offset = self.offset
-        cpickle.write_all(self.fd, data)
+        pickling.write_all(self.fd, data)
         self.offset += len(data)
         return offset
 
@@ -230,17 +230,17 @@ class _PickleArgs:
 
 
 def _write_value(
-    entry: dict, value: Any, path: str, size_limit: int, budget: cpickle.Budget, args: _PickleArgs, small: _SmallFile
+    entry: dict, value: Any, path: str, size_limit: int, budget: pickling.Budget, args: _PickleArgs, small: _SmallFile
 ) -> None:
-    nbytes = cpickle.buffer_nbytes(value)
+    nbytes = pickling.buffer_nbytes(value)
     if nbytes is not None and nbytes > size_limit:
         entry.update(status="skipped", reason=_over_limit(size_limit), size=nbytes)
         return
-    writer = cpickle.ValueWriter(path, size_limit, budget)
+    writer = pickling.ValueWriter(path, size_limit, budget)
     try:
-        imports = cpickle.dump(value, writer, args.refs, args.namespace, args.module)
+        imports = pickling.dump(value, writer, args.refs, args.namespace, args.module)
         writer.finish()
-    except cpickle.OverLimit:
+    except pickling.OverLimit:
         writer.discard()
         _refund(budget, writer)
         entry.update(status="skipped", reason=_over_limit(size_limit))
@@ -249,7 +249,7 @@ def _write_value(
         writer.discard()
         if writer.io_error is not None:
             raise writer.io_error from None  # the disk failed, not the value: abandon the save
-        if isinstance(exc, cpickle.OverTotal):
+        if isinstance(exc, pickling.OverTotal):
             raise
         _refund(budget, writer)
         entry.update(status="skipped", reason=_unpicklable(exc))
@@ -268,7 +268,7 @@ def _write_value(
         entry.update(file=SMALL_FILE, offset=small.append(writer.memory), crc32=writer.crc)
 
 
-def _refund(budget: cpickle.Budget, writer: cpickle.ValueWriter) -> None:
+def _refund(budget: pickling.Budget, writer: pickling.ValueWriter) -> None:
     if budget.left is not None:
         budget.left += writer.size
 

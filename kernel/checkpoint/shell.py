@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from . import manifests
-from .errors import CheckpointError, CheckpointNotFound, CheckpointTooLarge
+from .errors import CheckpointNotFound, CheckpointStoreError, CheckpointTooLarge
 from .manifests import CheckpointInfo
 from .model import Manifest, RestoreReport, size_text
 from .restore import prepare as prepare_restore
@@ -139,7 +139,7 @@ def handle_checkpoint_request(binding: ShellCheckpoints, content: Mapping[str, A
         else:
             reply["path"] = binding.drop(name)  # type: ignore[arg-type]
             reply["summary"] = f"dropped checkpoint {name!r}"
-    except CheckpointError as exc:
+    except CheckpointStoreError as exc:
         return _error(base, type(exc).__name__, str(exc))
     except Exception as exc:  # noqa: BLE001 - the reply must say what went wrong, whatever it was
         return _error(base, type(exc).__name__, str(exc), traceback.format_exception(type(exc), exc, exc.__traceback__))
@@ -176,7 +176,7 @@ def save_before(checkpoints: ShellCheckpoints) -> dict:
     """
     try:
         manifest = checkpoints.save(BEFORE_NAME)
-    except CheckpointError as exc:
+    except CheckpointStoreError as exc:
         print(f"checkpoint before this cell failed, the cell runs without one: {exc}", file=sys.stderr)
         return {"name": BEFORE_NAME, "status": "error", "ename": type(exc).__name__, "evalue": str(exc)}
     return _saved(manifest)
@@ -204,7 +204,7 @@ def _restore_on_start(checkpoints: ShellCheckpoints) -> str | None:
         if wanted == "latest":
             return None
         return f"restore_on_start: no checkpoint named {wanted!r} in {checkpoints.directory}; the kernel starts empty"
-    except CheckpointError as exc:
+    except CheckpointStoreError as exc:
         return f"restore_on_start: nothing restored, {type(exc).__name__}: {exc}"
     return f"restore_on_start: {report.summary()}"
 
@@ -222,7 +222,7 @@ def maybe_autosave(checkpoints: ShellCheckpoints, reply_status: str | None) -> d
         manifest = checkpoints.save(AUTOSAVE_NAME, total_limit=settings.autosave_limit)
     except CheckpointTooLarge as exc:
         return {"name": AUTOSAVE_NAME, "status": "skipped", "reason": str(exc)}
-    except CheckpointError as exc:
+    except CheckpointStoreError as exc:
         print(f"autosave failed: {exc}", file=sys.stderr)
         return {"name": AUTOSAVE_NAME, "status": "error", "ename": type(exc).__name__, "evalue": str(exc)}
     return _saved(manifest)

@@ -33,7 +33,7 @@ class Ending:
     failure: str | None = None
 
 
-class Execution:
+class ToolExecution:
     """One cell run for an MCP client, on one kernel."""
 
     def __init__(self, execution_id: str, kernel_id: str, submission: Submission, *, source: str, cell_id: str, retry_of: str | None):
@@ -108,19 +108,19 @@ class Executions:
 
     def __init__(self, keep: int = KEEP_FINISHED):
         self.keep = keep
-        self._items: OrderedDict[str, Execution] = OrderedDict()
+        self._items: OrderedDict[str, ToolExecution] = OrderedDict()
         self._counter = itertools.count(1)
         self._lock = threading.Lock()
 
     def new_id(self) -> str:
         return f"e{next(self._counter)}"
 
-    def add(self, execution: Execution) -> None:
+    def add(self, execution: ToolExecution) -> None:
         with self._lock:
             self._items[execution.id] = execution
             self._prune()
 
-    def get(self, execution_id: t.Any) -> Execution:
+    def get(self, execution_id: t.Any) -> ToolExecution:
         if not isinstance(execution_id, str) or not execution_id:
             raise BadInputError(f"execution_id must be the id an execute call returned (such as 'e1'), not {execution_id!r:.80}")
         with self._lock:
@@ -133,13 +133,9 @@ class Executions:
             )
         return found
 
-    def running(self) -> list[Execution]:
+    def running(self) -> list[ToolExecution]:
         with self._lock:
             return [e for e in self._items.values() if not e.done]
-
-    def of_kernel(self, kernel_id: str) -> list[Execution]:
-        with self._lock:
-            return [e for e in self._items.values() if e.kernel_id == kernel_id]
 
     def _prune(self) -> None:
         finished = [key for key, e in self._items.items() if e.done]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typing as t
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 Status = t.Literal["ok", "error", "interrupted", "restarted", "died", "running"]
 State = t.Literal["intact", "suspect", "restored", "lost"]
@@ -64,8 +64,10 @@ class Running(BaseModel):
     outputs: int = Field(0, description="outputs so far")
 
 
-class Execution(BaseModel):
+class ExecutionModel(BaseModel):
     """One cell: running, or how it ended."""
+
+    model_config = ConfigDict(title="Execution")  # the schema's name clients see, unchanged by the Python name
 
     error: str | None = Field(None, description="set (with isError) when the call itself was refused; nothing ran")
     execution_id: str | None = None
@@ -174,4 +176,4 @@ class NotebookRun(BaseModel):
     cells: list[CellSummary] = Field(default_factory=list)
     stopped_after: int | None = Field(None, description="index of the cell after which the run stopped")
     message: str | None = None
-    cell: Execution | None = Field(None, description="run_cell: the cell's full result")
+    cell: ExecutionModel | None = Field(None, description="run_cell: the cell's full result")

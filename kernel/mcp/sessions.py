@@ -21,7 +21,7 @@ import typing as t
 from ..agent.client import AgentKernel
 from ..agent.errors import BadInputError
 from ..agent.threads import start_thread
-from .executions import Execution, Executions
+from .executions import Executions, ToolExecution
 from .options import ServerOptions
 
 if t.TYPE_CHECKING:
@@ -41,15 +41,15 @@ class Session:
         self.default = default
         self.exec_thread = exec_thread
         self.started_at = time.time()
-        self.current: Execution | None = None
-        self.last: Execution | None = None
+        self.current: ToolExecution | None = None
+        self.last: ToolExecution | None = None
         self.cells: dict[str, str] = {}  # source hash -> the cell id of its first execution
         self.lock = threading.Lock()  # submit, restart and shutdown of this kernel, one at a time
         self.closed = False
         self.requested: tuple[str | None, str | None] = (None, None)  # (kernel_name, exec_thread) asked for; restart(restore=false) asks again
 
     @property
-    def running(self) -> Execution | None:
+    def running(self) -> ToolExecution | None:
         current = self.current
         return current if current is not None and not current.done else None
 
@@ -188,7 +188,7 @@ class Sessions:
     def execute(
         self, code: str, kernel_id: t.Any, *, wall_budget: float | None, quiet_budget: float | None,
         cell_id: str | None, retry_of: str | None, may_block: bool = True, memory_budget: int | None = None,
-    ) -> Execution | None:
+    ) -> ToolExecution | None:
         """Submit one cell; BadInputError (nothing run) if the kernel is busy or an argument is wrong.
 
         may_block=False (on the event loop): None instead of waiting for a kernel to start or for a restart to end.
@@ -217,14 +217,14 @@ class Sessions:
                                                risky=True if earlier else None, want_status=False)  # on once watched
             except BadInputError as exc:
                 raise BadInputError(session.busy_message("run the cell") if "still in progress" in str(exc) else str(exc)) from None
-            execution = Execution(execution_id, session.id, submission, source=code, cell_id=cell, retry_of=retry_of)
+            execution = ToolExecution(execution_id, session.id, submission, source=code, cell_id=cell, retry_of=retry_of)
             session.current = session.last = execution
             self.executions.add(execution)
         finally:
             session.lock.release()
         return execution
 
-    def running_execution(self) -> Execution:
+    def running_execution(self) -> ToolExecution:
         """The one running execution (for interrupt without an id)."""
         running = self.executions.running()
         if len(running) == 1:
@@ -254,7 +254,7 @@ class Sessions:
 
 
 def _retry_of(
-    earlier: Execution, session: Session, wall: float | None, quiet: float | None, memory: int | None
+    earlier: ToolExecution, session: Session, wall: float | None, quiet: float | None, memory: int | None
 ) -> tuple[float | None, float | None, int | None, str]:
     """A fix of an earlier execution: the same cell (its one interrupt already used), the same budgets unless given."""
     if earlier.kernel_id != session.id:

@@ -15,7 +15,7 @@ from mcp.types import CallToolResult, TextContent
 from .. import frames as fr
 from ..agent.result import CellResult
 from . import outputs as out
-from .executions import Ending, Execution
+from .executions import Ending, ToolExecution
 
 if t.TYPE_CHECKING:
     from .sessions import Session
@@ -34,7 +34,7 @@ def refusal(message: str) -> CallToolResult:
     return answer({"error": message}, is_error=True)
 
 
-def execution(e: Execution, *, since: int = 0, limit: int, explicit: bool = False, notes: list[str] | None = None) -> CallToolResult:
+def execution(e: ToolExecution, *, since: int = 0, limit: int, explicit: bool = False, notes: list[str] | None = None) -> CallToolResult:
     """An execution, running or ended, with its output from `since` (at most `limit` characters)."""
     ending = e.ending()
     data: dict[str, t.Any] = {"execution_id": e.id, "kernel_id": e.kernel_id, "cell_id": e.cell_id, "retry_of": e.retry_of}
@@ -56,7 +56,7 @@ def execution(e: Execution, *, since: int = 0, limit: int, explicit: bool = Fals
     return answer(data, is_error=data.get("status") in FAILED, images=images)
 
 
-def _running(e: Execution) -> dict[str, t.Any]:
+def _running(e: ToolExecution) -> dict[str, t.Any]:
     w = e.watch
     summary = w.summary()
     running = {
@@ -73,7 +73,7 @@ def _running(e: Execution) -> dict[str, t.Any]:
     return {"status": "running", "finished": False, "elapsed": summary["elapsed"], "running": running, "why": why}
 
 
-def result_fields(r: CellResult, e: Execution | None = None, ending: Ending | None = None) -> dict[str, t.Any]:
+def result_fields(r: CellResult, e: ToolExecution | None = None, ending: Ending | None = None) -> dict[str, t.Any]:
     """The fields of a finished cell (for execute, get_execution, run_cell)."""
     frames = fr.from_dicts(r.stack)
     user = [f for f in frames if f.user] or frames
@@ -105,7 +105,7 @@ def result_fields(r: CellResult, e: Execution | None = None, ending: Ending | No
     return data
 
 
-def why(r: CellResult, e: Execution | None = None, *, runaway_again: bool = False) -> str:
+def why(r: CellResult, e: ToolExecution | None = None, *, runaway_again: bool = False) -> str:
     """What happened to the cell, and what to do next, as one or two sentences."""
     at = fr.stopped_at(fr.from_dicts(r.stack), readable=True)
     where = f" at {at}" if at else ""
@@ -132,7 +132,7 @@ def why(r: CellResult, e: Execution | None = None, *, runaway_again: bool = Fals
     return f"{reason}; a new kernel was started: {_state_text(r)}"
 
 
-def _reason_text(r: CellResult, e: Execution | None) -> str:
+def _reason_text(r: CellResult, e: ToolExecution | None) -> str:
     if r.reason == "manual":  # the agent client's text names its own API; here the request came through MCP
         asked = e.interrupt_asked if e is not None and e.interrupt_asked else "interrupt"
         return f"the cell was stopped on request ({asked})"
@@ -193,7 +193,7 @@ def kernel_info(session: Session, status: dict[str, t.Any] | None = None) -> dic
     return data
 
 
-def _status_of(e: Execution | None) -> str | None:
+def _status_of(e: ToolExecution | None) -> str | None:
     if e is None:
         return None
     ending = e.ending()

@@ -18,9 +18,9 @@ from .sessions import Sessions
 from .waiting import follow, in_thread
 
 if t.TYPE_CHECKING:
-    from .executions import Execution
+    from .executions import ToolExecution
 
-ExecutionAnswer = t.Annotated[CallToolResult, models.Execution]
+ExecutionAnswer = t.Annotated[CallToolResult, models.ExecutionModel]
 KernelsAnswer = t.Annotated[CallToolResult, models.Kernels]
 KernelAnswer = t.Annotated[CallToolResult, models.KernelAction]
 CheckpointAnswer = t.Annotated[CallToolResult, models.Checkpoint]
@@ -42,7 +42,7 @@ def register(server: MCPServer, sessions: Sessions) -> None:
         "that grows the kernel by more, and the answer names the biggest variables."
     )
 
-    def view(e: Execution, since: int = 0, limit: int = options.DEFAULT_MAX_CHARS, explicit: bool = False, note: str | None = None) -> CallToolResult:
+    def view(e: ToolExecution, since: int = 0, limit: int = options.DEFAULT_MAX_CHARS, explicit: bool = False, note: str | None = None) -> CallToolResult:
         session = next((s for s in sessions.list() if s.id == e.kernel_id), None)
         notes = [n for n in (note, shapes.stock_note(session) if session is not None else None) if n]
         return shapes.execution(e, since=since, limit=limit, explicit=explicit, notes=notes)
@@ -65,9 +65,9 @@ def register(server: MCPServer, sessions: Sessions) -> None:
         quiet_budget: args.QuietBudget = None, wait: args.Wait = None, retry_of: args.OptionalText = None,
         cell_id: args.OptionalText = None, memory_budget: args.MemoryBudget = None,
     ) -> ExecutionAnswer:
-        holder: list[Execution] = []
+        holder: list[ToolExecution] = []
 
-        def submit(may_block: bool) -> Execution | None:
+        def submit(may_block: bool) -> ToolExecution | None:
             e = sessions.execute(
                 options.code_text(code), options.optional_text("kernel_id", kernel_id),
                 wall_budget=options.budget("wall_budget", wall_budget), quiet_budget=options.budget("quiet_budget", quiet_budget),
@@ -81,7 +81,7 @@ def register(server: MCPServer, sessions: Sessions) -> None:
         try:
             seconds = options.wait_seconds(wait, options.DEFAULT_WAIT)
             # A running kernel takes the cell at once, here; one still to start (or restarting) on a worker thread.
-            e = submit(False) or t.cast("Execution", await in_thread(submit, True))
+            e = submit(False) or t.cast("ToolExecution", await in_thread(submit, True))
         except Exception as exc:  # noqa: BLE001 - every refusal is an isError answer
             if holder:  # cancelled while the kernel started: the cell was sent, so it is interrupted, not orphaned
                 holder[0].interrupt("the MCP client cancelled the execute call")

@@ -18,7 +18,7 @@ import anyio
 import anyio.to_thread
 
 from ..agent.threads import leaving_no_loop, start_thread
-from .executions import Execution
+from .executions import ToolExecution
 
 if t.TYPE_CHECKING:
     from mcp.server.mcpserver import Context
@@ -32,7 +32,7 @@ WATCH_AFTER = 0.5  # a cell still running after this long is asked where it is (
 CANCELLED = "the MCP client cancelled the execute call"
 
 
-async def follow(ctx: Context | None, execution: Execution, wait: float, *, interrupt_on_cancel: bool, watch: bool = True) -> None:
+async def follow(ctx: Context | None, execution: ToolExecution, wait: float, *, interrupt_on_cancel: bool, watch: bool = True) -> None:
     """Return when the execution has ended or `wait` seconds have passed, reporting progress meanwhile.
 
     watch=False (waiting for an interrupt to land): no new status requests, which would
@@ -63,7 +63,7 @@ async def follow(ctx: Context | None, execution: Execution, wait: float, *, inte
         raise
 
 
-async def report(ctx: Context | None, execution: Execution) -> None:
+async def report(ctx: Context | None, execution: ToolExecution) -> None:
     await report_watch(ctx, f"{execution.id} on kernel {execution.kernel_id}", execution.watch)
 
 
