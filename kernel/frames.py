@@ -166,11 +166,13 @@ def format_frames(frames: list[Frame], *, color: bool = False) -> list[str]:
     return blocks
 
 
-def fill_cell_source(frames: list[Frame], source: str | None) -> list[Frame]:
+def fill_cell_source(frames: list[Frame], source: str | None, label: str = "cell") -> list[Frame]:
     """Frames from the outermost cell frame inwards, the cell's own line filled in from its source.
 
     Only the outermost cell frame is this cell; inner cell frames may be
-    functions of earlier cells, so their lines are not guessed.
+    functions of earlier cells, so their lines are not guessed.  A cell frame
+    that has no label yet (a faulthandler dump names files only) gets `label`
+    ("Cell In[4]", as the kernel labels it) if it is this cell, else "cell".
     """
     first = next((i for i, f in enumerate(frames) if f.is_cell), None)
     kept = list(frames[first:] if first is not None else frames)
@@ -179,7 +181,7 @@ def fill_cell_source(frames: list[Frame], source: str | None) -> list[Frame]:
         if frame.is_cell:
             frame.user = True
             if frame.label == frame.filename:
-                frame.label = "cell"
+                frame.label = label if i == 0 and first is not None else "cell"
             if i == 0 and first is not None and not frame.line and 0 < frame.lineno <= len(lines):
                 frame.line = lines[frame.lineno - 1].strip()
     return kept[-MAX_FRAMES:]

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from .. import frames as fr
 from ..durations import DurationError, parse_duration
 from ..protocol import KEY, REPORT_MIME
+from ..words import plural
 from .detect import check_memory_budget
 from .errors import BadInputError, RunawayCellError
 from .result import CellResult
@@ -227,7 +228,7 @@ def report_text(result: CellResult) -> str:
     for action in result.actions:
         lines.append(f"  {action.get('action')}: {action.get('outcome') or '(no outcome recorded)'}")
     if result.status in ("restarted", "died"):
-        restored = f"{len(result.restored)} names restored from checkpoint {result.checkpoint!r}" if result.restored else "nothing restored"
+        restored = f"{plural(len(result.restored), 'name')} restored from checkpoint {result.checkpoint!r}" if result.restored else "nothing restored"
         lines.append(f"  state: {result.state} ({restored}); later cells run in a new kernel")
     elif result.status == "interrupted":
         lines.append("  state: suspect (the cell stopped part-way; its variables may be half-updated)")

@@ -15,6 +15,7 @@ from .. import last_cell
 from ..pids import process_running
 from ..protocol import REASON_MEMORY_BUDGET, REASON_SHUTDOWN
 from ..sizes import format_size
+from ..words import plural
 from .processes import describe_exit
 from .result import CellResult
 
@@ -84,7 +85,7 @@ class Outcomes:
                 f"({meta['abandoned_thread']}), which is still running the cell's code"
             )
         found = fr.from_dicts(meta.get("stack") or self.kernel_stack) or fr.parse_ipython_traceback(res.traceback)
-        res.stack = _cell_stack(found, self.plan.source)
+        res.stack = _cell_stack(found, self.plan.source, res.execution_count)
         if status == "ok" and not kernel_stopped:
             res.status, res.state = "ok", "intact"
             outcome = "the cell finished on its own before the interrupt took effect"
@@ -177,7 +178,7 @@ class Outcomes:
             self.res.notes.append(
                 "no stack of the hung cell: the kernel is remote, and its stack dump file and SIGUSR1 are on the server's machine"
             )
-        return _cell_stack(fr.from_dicts(chosen), self.plan.source)
+        return _cell_stack(fr.from_dicts(chosen), self.plan.source, self.res.execution_count)
 
     def _escalate(self, why_restart: str) -> CellResult:
         """The interrupt failed (or is not allowed): take the stack, restart, restore."""
@@ -234,7 +235,7 @@ class Outcomes:
         res.restored, res.restore_skipped, res.checkpoint = restored.names, restored.skipped, restored.checkpoint
         outcome = "new kernel running"
         if restored.state == "restored":
-            outcome += f"; restored {len(restored.names)} names from checkpoint {restored.checkpoint!r}"
+            outcome += f"; restored {plural(len(restored.names), 'name')} from checkpoint {restored.checkpoint!r}"
             if restored.skipped:
                 outcome += f", skipped {len(restored.skipped)}"
         else:
@@ -291,7 +292,7 @@ def _shows_cell(frames: list[dict] | None) -> bool:
     return any(f.is_cell for f in fr.from_dicts(frames))
 
 
-def _cell_stack(frames: list[fr.Frame], source: str) -> list[dict] | None:
-    """Frames from the outermost cell frame inwards, as result dicts (None: no stack)."""
-    kept = fr.fill_cell_source(frames, source)
+def _cell_stack(frames: list[fr.Frame], source: str, count: int | None) -> list[dict] | None:
+    """Frames from the outermost cell frame inwards, as result dicts (None: no stack); `count`: the cell's execution count."""
+    kept = fr.fill_cell_source(frames, source, f"Cell In[{count}]" if count else "cell")
     return fr.as_dicts(kept) or None

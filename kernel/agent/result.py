@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 from ..protocol import AGENT_REASONS as REASONS
 from ..protocol import STATES, STATUSES
+from ..words import plural
 
 __all__ = ["CellResult", "REASONS", "STATES", "STATUSES"]
 
@@ -98,5 +99,5 @@ class CellResult:
         if self.status in ("restarted", "died"):
             text += f"; state {self.state}"
             if self.restored:
-                text += f" ({len(self.restored)} names restored from checkpoint {self.checkpoint!r})"
+                text += f" ({plural(len(self.restored), 'name')} restored from checkpoint {self.checkpoint!r})"
         return text

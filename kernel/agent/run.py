@@ -10,7 +10,7 @@ import threading
 import time
 
 from .. import last_cell
-from ..protocol import EVENT_INTERRUPT, EVENT_MIME, EVENT_RUNAWAY, EVENT_UNRESPONSIVE, KEY, REASON_MEMORY_BUDGET
+from ..protocol import EVENT_INTERRUPT, EVENT_MIME, EVENT_RUNAWAY, EVENT_STARTED, EVENT_UNRESPONSIVE, KEY, REASON_MEMORY_BUDGET
 from .detect import Tripwire
 from .link import InterruptSent, describe
 from .outcomes import Outcomes
@@ -188,6 +188,8 @@ class CellRun(Outcomes):
             return None
         if parent != self.msg_id:
             return None
+        if msg_type == "execute_input" and self.res.execution_count is None:
+            self.res.execution_count = (msg.get("content") or {}).get("execution_count")  # a wedged cell has no reply to say it
         event = kernel_event(msg.get("content") or {})
         if self.collector.add(msg) and event is None:
             self.wire.output_seen()  # the kernel's own events are not the cell speaking
@@ -197,8 +199,10 @@ class CellRun(Outcomes):
         return None
 
     def _kernel_event(self, event: dict) -> None:
-        self.res.events.append(event)
         kind = event.get("event")
+        if kind == EVENT_STARTED:
+            return  # the budgets a front end counts down: this client knows them already
+        self.res.events.append(event)
         if kind == EVENT_INTERRUPT or (kind == EVENT_RUNAWAY and event.get("action") == "interrupt"):
             self.kernel_interrupted = True
             if self.kernel_interrupt_at is None:

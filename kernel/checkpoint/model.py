@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..words import plural
+
 DEFAULT_NAME = "default"
 DEFAULT_SIZE_LIMIT = 2 * 1024**3
 SMALL_FILE = "small.pkl"
@@ -71,7 +73,7 @@ class Manifest:
 
     def summary(self) -> str:
         head = (
-            f"saved {len(self.saved_names)} names to checkpoint {self.name!r} "
+            f"saved {plural(len(self.saved_names), 'name')} to checkpoint {self.name!r} "
             f"({size_text(self.bytes)}, {self.seconds:.2f} s) in {self.path}"
         )
         return _with_skipped(head, self.skipped)
@@ -104,7 +106,7 @@ class RestoreReport:
     def summary(self) -> str:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.saved)) if self.saved else "?"
         head = (
-            f"restored {len(self.restored)} names from checkpoint {self.name!r} "
+            f"restored {plural(len(self.restored), 'name')} from checkpoint {self.name!r} "
             f"(saved {when}, {size_text(self.bytes)}) in {self.seconds:.2f} s"
         )
         return _with_skipped(head, self.skipped)

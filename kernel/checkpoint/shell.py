@@ -17,6 +17,7 @@ import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..words import plural
 from . import manifests
 from .errors import CheckpointNotFound, CheckpointStoreError, CheckpointTooLarge
 from .manifests import CheckpointInfo
@@ -134,7 +135,7 @@ def handle_checkpoint_request(binding: ShellCheckpoints, content: Mapping[str, A
             reply["summary"] = format_list(infos, reply["directory"])
         elif action == "prepare":
             reply["name"], reply["imported"], failed = binding.prepare(name)
-            reply["summary"] = f"imported {len(reply['imported'])} modules checkpoint {reply['name']!r} needs" + (
+            reply["summary"] = f"imported {plural(len(reply['imported']), 'module')} checkpoint {reply['name']!r} needs" + (
                 f"; could not import {', '.join(failed)}" if failed else "")
         else:
             reply["path"] = binding.drop(name)  # type: ignore[arg-type]

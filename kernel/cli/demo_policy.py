@@ -13,6 +13,7 @@ import typing as t
 from ..agent.client import AgentKernel
 from ..agent.errors import AgentError, CheckpointError, RunawayCellError
 from ..agent.log import read_log
+from ..words import plural
 
 CELLS: list[tuple[str, str, dict[str, float]]] = [
     ("busy Python loop", "while True:\n    pass", {"wall_budget": 1.0}),
@@ -74,7 +75,7 @@ def _demo_one(ak: AgentKernel, out: t.TextIO) -> int:
         out.write("  retry finished (unexpected)\n")
         surprises += 1
     except RunawayCellError as exc:
-        out.write(f"  retry ran away again          -> RunawayCellError, {len(exc.attempts)} attempts, kernel restarted, no second interrupt\n")
+        out.write(f"  retry ran away again          -> RunawayCellError, {plural(len(exc.attempts), 'attempt')}, kernel restarted, no second interrupt\n")
     return surprises
 
 

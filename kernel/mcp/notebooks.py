@@ -19,6 +19,7 @@ from .. import frames as fr
 from ..agent.batch import output_paths
 from ..agent.errors import BadInputError
 from ..agent.notebook import load_notebook, require_nbformat, run_notebook
+from ..words import plural
 from . import args, models, options, shapes
 from . import outputs as out
 from .sessions import Session, Sessions
@@ -81,7 +82,7 @@ def register(server: MCPServer, sessions: Sessions) -> None:
             nb = load_notebook(file)
             at = options.offset("index", index, -1)
             if not 0 <= at < len(nb.cells) or nb.cells[at].cell_type != "code":
-                raise BadInputError(f"index {index!r} is not a code cell of {file!r} (it has {len(nb.cells)} cells; read_notebook lists them)")
+                raise BadInputError(f"index {index!r} is not a code cell of {file!r} (it has {plural(len(nb.cells), 'cell')}; read_notebook lists them)")
             wall, quiet = options.budget("wall_budget", wall_budget), options.budget("quiet_budget", quiet_budget)
             kid = options.optional_text("kernel_id", kernel_id)
         except Exception as exc:  # noqa: BLE001
@@ -148,7 +149,7 @@ def register(server: MCPServer, sessions: Sessions) -> None:
             return failure(exc)
         failed = ran.failed(allow_errors=allow_errors)
         cells = [_summary(i, r) for i, r in ran.results]
-        message = f"{len(cells)} cells run, {len(failed)} failed; wrote {destination}"
+        message = f"{plural(len(cells), 'cell')} run, {len(failed)} failed; wrote {destination}"
         if ran.stopped_at is not None:
             message += f" (stopped after cell {ran.stopped_at}; allow_errors=true keeps going)"
         return shapes.answer(

@@ -14,6 +14,7 @@ from mcp.types import CallToolResult, TextContent
 
 from .. import frames as fr
 from ..agent.result import CellResult
+from ..words import plural
 from . import outputs as out
 from .executions import Ending, ToolExecution
 
@@ -142,7 +143,7 @@ def _reason_text(r: CellResult, e: ToolExecution | None) -> str:
 def _state_text(r: CellResult) -> str:
     if r.state == "restored":
         names = ", ".join(r.restored[:10]) + (", ..." if len(r.restored) > 10 else "")
-        return f"state restored from checkpoint {r.checkpoint!r} ({len(r.restored)} names: {names})"
+        return f"state restored from checkpoint {r.checkpoint!r} ({plural(len(r.restored), 'name')}: {names})"
     if r.state == "lost":
         return ("state lost (no checkpoint to restore: save one with checkpoint(action='save') before risky cells, "
                 "or start the server with --checkpoint before-risky)")

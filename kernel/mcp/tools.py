@@ -13,6 +13,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult
 
 from ..agent.errors import AgentError, BadInputError
+from ..words import plural
 from . import args, models, options, shapes
 from .sessions import Sessions
 from .waiting import follow, in_thread
@@ -158,7 +159,7 @@ def register(server: MCPServer, sessions: Sessions) -> None:
             session = sessions.get(options.optional_text("kernel_id", kernel_id)) if kernel_id is not None else sessions.existing_default()
             if restore:
                 back = await in_thread(sessions.restart, session)
-                text = (f"kernel {session.id!r} restarted; " + (f"restored {len(back.names)} names from checkpoint {back.checkpoint!r}"
+                text = (f"kernel {session.id!r} restarted; " + (f"restored {plural(len(back.names), 'name')} from checkpoint {back.checkpoint!r}"
                         if back.state == "restored" else f"nothing restored ({back.note or 'no checkpoint'})"))
                 data = {"kernel_id": session.id, "action": "restart", "state": back.state, "restored": shapes.restored(back), "message": text}
             else:
@@ -186,7 +187,8 @@ def register(server: MCPServer, sessions: Sessions) -> None:
                 data.update(name=body.get("name") or label, message=f"saved checkpoint {body.get('name') or label!r}")
             elif action == "restore":
                 back = await in_thread(session.ak.restore_checkpoint, label)
-                data.update(name=back.checkpoint, restored=shapes.restored(back), message=f"restored {len(back.names)} names from {back.checkpoint!r}")
+                message = f"restored {plural(len(back.names), 'name')} from {back.checkpoint!r}"
+                data.update(name=back.checkpoint, restored=shapes.restored(back), message=message)
             else:
                 data["checkpoints"] = await in_thread(session.ak.list_checkpoints)
         except Exception as exc:  # noqa: BLE001

@@ -18,6 +18,7 @@ import anyio
 import anyio.to_thread
 
 from ..agent.threads import leaving_no_loop, start_thread
+from ..words import plural
 from .executions import ToolExecution
 
 if t.TYPE_CHECKING:
@@ -74,7 +75,7 @@ async def report_watch(ctx: Context | None, label: str, w: CellWatch | None) -> 
     elapsed = w.elapsed()
     where = w.current_line()
     message = (
-        f"{label}: running {elapsed:.1f} s, {w.seconds_since_output():.1f} s since output, {len(w.outputs)} outputs"
+        f"{label}: running {elapsed:.1f} s, {w.seconds_since_output():.1f} s since output, {plural(len(w.outputs), 'output')}"
         + (f", at {where}" if where else "")
     )
     with contextlib.suppress(Exception):  # a client that went away gets no progress; the call's own end says so

@@ -19,6 +19,7 @@ import typing as t
 from ..agent.notebook import CellHooks, report_text
 from ..agent.result import CellResult
 from ..protocol import BUDGET_REASONS
+from ..words import plural
 
 # Outputs of a running cell are echoed and autosaved this often (seconds).
 LIVE_EVERY = 0.25
@@ -62,7 +63,7 @@ def error_output(result: CellResult) -> dict[str, t.Any]:
         ename = "KeyboardInterrupt"
     evalue = result.reason_text or f"the cell ended {result.status}"
     if result.status in ("restarted", "died"):
-        restored = f" ({len(result.restored)} names from checkpoint {result.checkpoint!r})" if result.restored else ""
+        restored = f" ({plural(len(result.restored), 'name')} from checkpoint {result.checkpoint!r})" if result.restored else ""
         evalue += f"; the kernel was restarted, state {result.state}{restored}"
     return {"output_type": "error", "ename": ename, "evalue": evalue, "traceback": [f"{ename}: {evalue}"]}
 

@@ -14,6 +14,7 @@ import time
 import pytest
 from agent_helpers import agent
 
+from cancelkernel import frames as fr
 from cancelkernel.agent import BadInputError, CheckpointError, RunawayCellError, read_log
 from cancelkernel.testing import act_when, process_exited
 
@@ -73,6 +74,9 @@ def test_gil_holding_call_is_restarted(name: str) -> None:
         if name.startswith("cancelkernel"):
             assert r.actions[0]["via"] == "message+signal"  # the control channel could not answer
             assert r.stack and "sum(range(10**12))" in r.stack[0]["line"]
+            # The dump names files only; the cell's frame is labelled as every other answer labels it.
+            assert r.execution_count and r.stack[0]["label"] == f"Cell In[{r.execution_count}]", r.stack
+            assert fr.stopped_at(fr.from_dicts(r.stack), readable=True) == f"Cell In[{r.execution_count}]:1"
         after = ak.run("x")
         assert after.error_name == "NameError"  # a new kernel: no checkpoint, state lost
 

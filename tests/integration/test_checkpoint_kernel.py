@@ -394,7 +394,7 @@ def test_restore_on_start_names_a_checkpoint_and_says_when_it_is_missing(tmp_pat
         assert checkpoint_request(kc, "save", "mine")["status"] == "ok"
         restart(km, kc)
         assert checkpoint_request(kc, "list")["latest"] == "mine"
-        assert "restored 1 names from checkpoint 'mine'" in ok(kc, "print(y)")["stdout"]
+        assert "restored 1 name from checkpoint 'mine'" in ok(kc, "print(y)")["stdout"]
 
 
 def test_restore_on_start_refuses_a_bad_value(tmp_path):

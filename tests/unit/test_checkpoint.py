@@ -322,7 +322,7 @@ def test_unpicklable_objects_are_skipped_and_reported(cdir):
     assert {s.name for s in report.skipped} == {"lock", "gen"}
     assert all(s.stage == "save" for s in report.skipped)
     text = report.summary()
-    assert "restored 1 names" in text and "skipped 2" in text and "lock: not saved: unpicklable" in text
+    assert "restored 1 name from" in text and "skipped 2" in text and "lock: not saved: unpicklable" in text
 
 
 def test_ipython_names_are_left_out():
@@ -736,3 +736,16 @@ def test_value_writer_counts_and_spills():
         assert w.spilled
         w.finish()
         assert os.path.getsize(os.path.join(d, "v.pkl")) == 10 + cpickle.SMALL
+
+
+def test_the_sentences_count_in_the_singular_and_the_plural() -> None:
+    from cancelkernel.checkpoint.model import Manifest, RestoreReport
+    from cancelkernel.words import plural
+
+    assert [plural(n, "name") for n in (0, 1, 2)] == ["0 names", "1 name", "2 names"]
+    assert plural(1, "process") == "1 process" and plural(3, "process") == "3 processes"
+    one = Manifest(name="c", path="/p", saved=0.0, entries=[{"name": "x", "status": "saved"}], seconds=0.01, bytes=10)
+    assert one.summary().startswith("saved 1 name to checkpoint 'c'"), one.summary()
+    two = RestoreReport(name="c", path="/p", saved=0.0, restored=["x", "y"])
+    assert two.summary().startswith("restored 2 names from checkpoint 'c'"), two.summary()
+    assert RestoreReport(name="c", path="/p", saved=0.0, restored=["x"]).summary().startswith("restored 1 name from")

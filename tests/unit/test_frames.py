@@ -48,6 +48,9 @@ def test_cell_source_fills_only_the_outermost_cell_frame() -> None:
     assert frames.stopped_at(kept, readable=True) == "cell:3"
     assert frames.stopped_at(kept) == "/tmp/ipykernel_42/123.py:3"
     assert "<-- stopped here" in "\n".join(frames.format_frames(kept))
+    # With the cell's execution count (the agent reads it from execute_input) the cell's frame reads as every other answer does.
+    named = frames.fill_cell_source(frames.dumped_stack(FAULTHANDLER), "x = 1\nsum(range(10**12))", "Cell In[4]")
+    assert [f.label for f in named] == ["Cell In[4]", "cell"]  # the inner frame is a function of an earlier cell
 
 
 def test_nothing_dumped() -> None:

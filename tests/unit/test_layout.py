@@ -7,7 +7,7 @@ boundary cannot be crossed lazily either.  Rules (each sub-package's
 - runtime/: nothing of Jupyter; of ours only native and the shared pure modules
 - agent/: the protocol only: never the kernel side, the runtime, native or checkpoint
 - native/: nothing of ours
-- the shared pure modules (protocol, durations, frames): nothing of ours, no third party
+- the shared pure modules (protocol, durations, frames, words): nothing of ours, no third party
 - checkpoint/: never the runtime, the kernel side, the agent or the command line
 - papermill/: papermill, nbformat and the agent client: never the kernel side, the runtime, native,
   checkpoint or the command line; and the agent never imports papermill (the engine sits on top of it)
@@ -29,7 +29,7 @@ ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
 # Source directory of each top-level part of the import package `cancelkernel`.
 SOURCES = {"cancelkernel": "kernel", "cancelkernel.native": "native", "cancelkernel.kernelspec": "kernelspec"}
 JUPYTER = ("ipykernel", "IPython", "jupyter_client", "jupyter_core", "traitlets", "zmq", "tornado", "comm", "nbformat", "nbclient", "papermill")
-PURE = ("cancelkernel.protocol", "cancelkernel.durations", "cancelkernel.frames", "cancelkernel.directives")
+PURE = ("cancelkernel.protocol", "cancelkernel.durations", "cancelkernel.frames", "cancelkernel.directives", "cancelkernel.words")
 MAX_LINES = 400
 
 
