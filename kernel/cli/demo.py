@@ -6,9 +6,13 @@ Jupyter directories), so the demo runs on a fresh machine with nothing set up.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import statistics
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 
 from .. import protocol
 from ..testing import Kernel, private_kernelspecs, send_control, wait_reply
@@ -81,11 +85,30 @@ def demo_mode(mode: str, out=sys.stdout) -> bool:
 
 def run_demo(modes: list[str], out=sys.stdout) -> int:
     print("cancelkernel demo: every cell below runs forever until it is interrupted once.", file=out)
-    with private_kernelspecs(**{"cancelkernel-demo": {}}):
+    log_path = os.path.join(tempfile.gettempdir(), f"cancelkernel-demo-{os.getpid()}.log")
+    with _stderr_to(log_path), private_kernelspecs(**{"cancelkernel-demo": {}}):
         results = [demo_mode(mode, out) for mode in modes]
         from .demo_policy import demo_policy
 
         print("\nThe agent client's policy (cancelkernel.agent): budgets, interrupt once, restart, log", file=out)
         results.append(demo_policy(out=out) == 0)
     print("\nEverything behaved as expected." if all(results) else "\nSomething did not behave as expected (see above).", file=out)
+    print(f"The kernels' own log lines: {log_path}", file=out)
     return 0 if all(results) else 1
+
+
+@contextlib.contextmanager
+def _stderr_to(path: str) -> Iterator[None]:
+    """File descriptor 2 into `path` (the kernels inherit it), so their log lines do not break up the table."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(path, "w") as log:
+            os.dup2(log.fileno(), 2)
+            try:
+                yield
+            finally:
+                sys.stderr.flush()
+                os.dup2(saved, 2)
+    finally:
+        os.close(saved)

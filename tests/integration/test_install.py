@@ -171,3 +171,17 @@ def test_kernel_starts_from_the_installed_spec(prefix: Path, name: str, args: li
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
+
+
+def test_the_demo_tells_its_story_and_keeps_the_kernels_log_apart(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [CANCELKERNEL, "demo", "--exec-thread", "main"], capture_output=True, text=True, timeout=600,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Everything behaved as expected." in done.stdout, done.stdout
+    # The kernels' log lines ("running over TCP without encryption", ...) go to a file the demo names, not into its table.
+    assert "[IPKernelApp]" not in done.stdout + done.stderr and "WARNING" not in done.stdout + done.stderr, done.stdout + done.stderr
+    log = done.stdout.strip().splitlines()[-1].rsplit(" ", 1)[-1]
+    assert done.stdout.strip().splitlines()[-1].startswith("The kernels' own log lines:") and log.startswith(str(tmp_path))
+    assert "IPKernelApp" in Path(log).read_text()
