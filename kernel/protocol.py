@@ -1,17 +1,30 @@
 """Every name of our Jupyter protocol extensions, in one place: messages, features, codes.
 
-Data only, importing nothing: the kernel, the runtime and the agent client all
-take their names from here, so a name cannot be spelled two ways.  Each field
-is documented in docs/protocol.md.
+Data only, importing nothing but typing: the kernel, the runtime and the agent
+client all take their names from here, so a name cannot be spelled two ways.
+Each enumerated value is one Literal type with its tuple of values beside it.
+Each field is documented in docs/protocol.md.
 """
 
 from __future__ import annotations
+
+import typing as t
 
 # Version of the extension protocol, advertised in kernel_info_reply and the kernelspec.
 PROTOCOL_VERSION = "1.0"
 
 # The Jupyter messaging protocol version our kernelspec declares (what ipykernel implements).
 KERNEL_PROTOCOL_VERSION = "5.5"
+
+# Where user code runs (CancelKernel.exec_thread, `--exec-thread`, the MCP server's and the tests' modes).
+ExecThread = t.Literal["main", "worker"]
+EXEC_THREADS: tuple[ExecThread, ...] = t.get_args(ExecThread)
+# How a kernelspec asks for interrupts (its `interrupt_mode`).
+InterruptMode = t.Literal["signal", "message"]
+INTERRUPT_MODES: tuple[InterruptMode, ...] = t.get_args(InterruptMode)
+# The agent client's automatic checkpoints (AgentKernel(checkpoint=...), `--checkpoint`).
+CheckpointMode = t.Literal["off", "before-risky", "after-ok"]
+CHECKPOINT_MODES: tuple[CheckpointMode, ...] = t.get_args(CheckpointMode)
 
 # Key in kernel_info_reply content, kernelspec metadata, execute_request and execute_reply metadata.
 KEY = "cancelkernel"
@@ -122,9 +135,11 @@ EXIT_PORT_IN_USE = 75  # EX_TEMPFAIL
 # -- the agent client's results and log (docs/agent.md) --------------------------------
 
 # The statuses of a run: no other value ever appears.
-STATUSES = ("ok", "error", "interrupted", "restarted", "died")
+Status = t.Literal["ok", "error", "interrupted", "restarted", "died"]
+STATUSES: tuple[Status, ...] = t.get_args(Status)
 # What the kernel's namespace is worth after the run.
-STATES = ("intact", "suspect", "restored", "lost")
+State = t.Literal["intact", "suspect", "restored", "lost"]
+STATES: tuple[State, ...] = t.get_args(State)
 # Why the client intervened (the budget reasons are shared with the kernel).
 AGENT_REASON_MANUAL = "manual"
 AGENT_REASON_DIED = "died"

@@ -15,7 +15,7 @@ from .errors import CheckpointError
 from .link import KernelLink
 from .policy import Restored
 
-MODES = ("off", "before-risky", "after-ok")
+MODES = protocol.CHECKPOINT_MODES
 
 
 class Checkpoints:

@@ -13,7 +13,7 @@ import typing as t
 from .. import frames as fr
 from .. import last_cell
 from ..pids import process_running
-from ..protocol import REASON_MEMORY_BUDGET, REASON_SHUTDOWN
+from ..protocol import REASON_MEMORY_BUDGET, REASON_SHUTDOWN, Status
 from ..sizes import format_size
 from ..words import plural
 from .processes import describe_exit
@@ -212,7 +212,7 @@ class Outcomes:
         self._restart_and_restore("died", "died", why, dead=True, decided=decided)
         return res
 
-    def _restart_and_restore(self, status: str, why: str, why_text: str, *, decided: float, dead: bool = False) -> None:
+    def _restart_and_restore(self, status: Status, why: str, why_text: str, *, decided: float, dead: bool = False) -> None:
         res = self.res
         started = self.clock()
         restarting = time.monotonic()

@@ -18,6 +18,7 @@ import time
 import typing as t
 from dataclasses import dataclass, field
 
+from ..protocol import State
 from .link import KernelLink
 from .outputs import DisplayRegistry
 from .result import CellResult
@@ -55,7 +56,7 @@ class CellPlan:
 class Restored:
     """What a restore after a restart brought back."""
 
-    state: str = "lost"
+    state: State = "lost"
     names: list[str] = field(default_factory=list)
     skipped: list[dict] = field(default_factory=list)
     checkpoint: str | None = None

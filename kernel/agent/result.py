@@ -7,7 +7,7 @@ import typing as t
 from dataclasses import asdict, dataclass, field, fields
 
 from ..protocol import AGENT_REASONS as REASONS
-from ..protocol import STATES, STATUSES
+from ..protocol import STATES, STATUSES, State, Status
 from ..words import plural
 
 __all__ = ["CellResult", "REASONS", "STATES", "STATUSES"]
@@ -23,7 +23,7 @@ class CellResult:
     back) | lost (a new kernel, empty).
     """
 
-    status: str
+    status: Status
     source: str
     cell_id: str | None = None
     cell_key: str = ""
@@ -34,7 +34,7 @@ class CellResult:
     reason: str | None = None
     reason_text: str | None = None
     stack: list[dict] | None = None
-    state: str = "intact"
+    state: State = "intact"
     restored: list[str] = field(default_factory=list)
     restore_skipped: list[dict] = field(default_factory=list)
     checkpoint: str | None = None

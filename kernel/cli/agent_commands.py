@@ -12,6 +12,7 @@ import os
 import sys
 import typing as t
 
+from .. import protocol
 from ..agent.errors import AgentError, BadInputError, KernelStartError
 from ..agent.result import CellResult
 from .options import duration_arg, size_arg
@@ -68,7 +69,7 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--log", default=None, metavar="FILE", help="one JSON line per intervention; with several notebooks, a directory (NAME.jsonl each)")
     p.add_argument("--jobs", type=_jobs, default=1, metavar="N", help="notebooks run at once, each on its own kernel (default: %(default)s)")
     _common(p)
-    p.add_argument("--checkpoint", choices=["off", "before-risky", "after-ok"], default="off", help="automatic checkpoints (default: %(default)s)")
+    p.add_argument("--checkpoint", choices=protocol.CHECKPOINT_MODES, default="off", help="automatic checkpoints (default: %(default)s)")
     p.add_argument("--allow-errors", action="store_true", help="keep going after a failing cell; plain errors then do not fail the run")
     p.add_argument("--no-spare", dest="spare", action="store_false",
                    help="no warm spare kernel (a restart is then a cold start; saves one idle kernel's memory)")

@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 
+from .. import protocol
 from .options import duration_arg
 
 
@@ -23,9 +24,9 @@ def _parser() -> argparse.ArgumentParser:
     where.add_argument("--prefix", metavar="DIR", help="install into DIR/share/jupyter/kernels")
     p.add_argument("--name", default="cancelkernel", help="kernelspec name (default: %(default)s)")
     p.add_argument("--display-name", default=None, help="name shown in Jupyter (default: 'Python 3 (cancelkernel)')")
-    p.add_argument("--exec-thread", choices=["main", "worker"], default="main", help="where user code runs (default: %(default)s)")
+    p.add_argument("--exec-thread", choices=protocol.EXEC_THREADS, default="main", help="where user code runs (default: %(default)s)")
     p.add_argument(
-        "--interrupt-mode", choices=["signal", "message"], default=None,
+        "--interrupt-mode", choices=protocol.INTERRUPT_MODES, default=None,
         help="how Jupyter interrupts the kernel: SIGINT to its process group (the default: fastest, reaches GIL-held loops) or interrupt_request",
     )
     grace = duration_arg("--interrupt-grace")
@@ -41,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("mcp", help="serve the agent policy over MCP, stdio or streamable HTTP (see `cancelkernel mcp --help`)", add_help=False)
 
     p = sub.add_parser("demo", help="start the kernel, interrupt a few runaway cells, show that state survives")
-    p.add_argument("--exec-thread", choices=["main", "worker", "both"], default="both", help="which mode(s) to show (default: %(default)s)")
+    p.add_argument("--exec-thread", choices=[*protocol.EXEC_THREADS, "both"], default="both", help="which mode(s) to show (default: %(default)s)")
     return parser
 
 
@@ -77,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "demo":
         from .demo import run_demo
 
-        return run_demo(modes=["main", "worker"] if args.exec_thread == "both" else [args.exec_thread])
+        return run_demo(modes=list(protocol.EXEC_THREADS) if args.exec_thread == "both" else [args.exec_thread])
     parser.error(f"unknown command {args.command!r}")
     return 2
 

@@ -39,7 +39,7 @@ class ControlRequests(_Kernel):
 
     runtime: t.Any
     pending_cancels: t.Any
-    exec_thread: str
+    exec_thread: protocol.ExecThread
     interrupt_grace: float
     _shutting_down: bool
     _start_lock: t.Any

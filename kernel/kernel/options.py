@@ -7,6 +7,7 @@ import typing as t
 from traitlets import Bool, Enum, Float, Integer, TraitError, Unicode
 from traitlets.config import Configurable
 
+from .. import protocol
 from ..durations import DurationError, parse_duration
 from ..sizes import SizeError, parse_size
 
@@ -45,7 +46,7 @@ class KernelOptions(Configurable):
     """Traits of CancelKernel (a mixin, so their help shows under CancelKernel)."""
 
     exec_thread = Enum(
-        ["main", "worker"],
+        list(protocol.EXEC_THREADS),
         default_value="main",
         help="""Where user code runs.  'main': on the main thread, as stock ipykernel
         (SIGINT breaks blocking calls; signal.signal, alarm, GUI toolkits work).

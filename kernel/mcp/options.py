@@ -13,6 +13,7 @@ import os
 import typing as t
 from dataclasses import dataclass, field
 
+from .. import protocol
 from ..agent.errors import BadInputError
 from ..cli.options import duration_arg
 from ..durations import DurationError, parse_duration
@@ -30,8 +31,8 @@ DEFAULT_MAX_CHARS = 20_000
 MAX_CHARS = 1_000_000
 # Finished executions kept for get_execution; older ones are forgotten (memory stays bounded).
 KEEP_FINISHED = 100
-EXEC_THREADS = ("main", "worker")
-CHECKPOINT_MODES = ("off", "before-risky", "after-ok")
+EXEC_THREADS = protocol.EXEC_THREADS
+CHECKPOINT_MODES = protocol.CHECKPOINT_MODES
 LOOPBACK = "127.0.0.1"
 
 

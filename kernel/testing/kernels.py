@@ -31,7 +31,7 @@ from ..kernelspec import install
 START_TIMEOUT = 60.0
 REPLY_TIMEOUT = 30.0
 # The exec modes of our kernel.
-MODES = ["main", "worker"]
+MODES = list(protocol.EXEC_THREADS)
 
 # -- kernelspecs ------------------------------------------------------------------------
 
