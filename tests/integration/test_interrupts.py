@@ -19,7 +19,7 @@ import signal
 import time
 
 import pytest
-from test_runaways import GRACE_ARGS, no_reply_within, send_interrupt, start_runaway, user_expr, wait_until
+from runaway_helpers import GRACE_ARGS, no_reply_within, send_interrupt, start_runaway, user_expr, wait_until
 
 from cancelkernel.testing import (
     MODES,

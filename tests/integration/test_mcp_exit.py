@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from test_mcp_support import McpServer, gone, wait_until
+from mcp_helpers import McpServer, gone, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from test_mcp_support import PNG, McpServer, gone
+from mcp_helpers import PNG, McpServer, gone
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterator
 
 import pytest
-from test_mcp_support import PNG, McpServer, gone, wait_until
+from mcp_helpers import PNG, McpServer, gone, wait_until
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -17,20 +17,17 @@ import signal
 import sys
 
 import pytest
+from runaway_helpers import assert_interrupted, start_cell, start_gil_holder
 
 from cancelkernel.testing import (
     MODES,
     REPLY_TIMEOUT,
     control_request,
-    dump_file_of,
     execute,
     interrupt,
     running_kernel,
-    send_execute,
     signal_handled,
-    wait_dumped_in_cell,
     wait_reply,
-    wait_running,
 )
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples", "native"))
@@ -56,38 +53,6 @@ def setup_cell(example_dir: str) -> str:
     )
 
 
-def start(kc, code: str) -> str:
-    """Start a cell; return its msg_id once the kernel shows it running its code (a one-line cell: at that line).
-
-    A native loop that checks the flag answers status requests even while it
-    holds the GIL (the kernel's GIL yield).  Its line is one attribute lookup
-    and one call: at that line means inside the loop.  A cell of several
-    lines here is one loop from its first line on.
-    """
-    msg_id = send_execute(kc, code)
-    wait_running(kc, msg_id, at=None if "\n" in code else code)
-    return msg_id
-
-
-def start_gil_holder(kc, code: str) -> str:
-    """Start a one-line cell calling a loop that holds the GIL and never checks; return once it is inside.
-
-    Nothing answers a status request then: the cell's wall budget arms the
-    kernel's dead man's switch, whose dump shows the cell in the call (the
-    kernel runs with on_runaway=warn, so the budget interrupts nothing).
-    """
-    dump_file = dump_file_of(kc)
-    msg_id = send_execute(kc, code, metadata={"cancelkernel": {"wall_budget": 0.2}})
-    wait_dumped_in_cell(dump_file, 1)
-    return msg_id
-
-
-def assert_interrupted(reply: dict) -> None:
-    content = reply["content"]
-    assert content["status"] == "error", content
-    assert content["ename"] == "KeyboardInterrupt", content
-
-
 def assert_state_survived(kc) -> None:
     reply = execute(kc, "assert x + 1 == 42 and montecarlo.progress() > 0, (x, montecarlo.progress())")
     assert reply["content"]["status"] == "ok", reply["content"]
@@ -103,7 +68,7 @@ def test_kernel_reports_the_native_flag():
 def test_gil_held_loop_is_stopped_by_sigint(mode, example_dir):
     with running_kernel(mode) as (km, kc):
         assert execute(kc, setup_cell(example_dir))["content"]["status"] == "ok"
-        msg_id = start(kc, f"montecarlo.pi_gil({FOREVER})")
+        msg_id = start_cell(kc, f"montecarlo.pi_gil({FOREVER})")
         km.signal_kernel(signal.SIGINT)
         reply = wait_reply(kc, msg_id)
         assert_interrupted(reply)
@@ -115,7 +80,7 @@ def test_gil_held_loop_is_stopped_by_sigint(mode, example_dir):
 def test_nogil_loop_is_stopped_by_an_interrupt_request(mode, example_dir):
     with running_kernel(mode) as (km, kc):
         assert execute(kc, setup_cell(example_dir))["content"]["status"] == "ok"
-        msg_id = start(kc, f"montecarlo.pi_nogil({FOREVER})")
+        msg_id = start_cell(kc, f"montecarlo.pi_nogil({FOREVER})")
         answer = interrupt(kc)
         assert answer["interrupted"] is True and answer["execution"] == msg_id
         reply = wait_reply(kc, msg_id)
@@ -129,7 +94,7 @@ def test_cancellable_sleep_is_stopped_by_an_interrupt_request(mode, example_dir)
     with running_kernel(mode) as (km, kc):
         assert execute(kc, setup_cell(example_dir))["content"]["status"] == "ok"
         for code in ("montecarlo.nap(3600)", "cancelkernel.cancellable_sleep(3600)"):
-            msg_id = start(kc, code)
+            msg_id = start_cell(kc, code)
             assert interrupt(kc)["interrupted"] is True
             assert_interrupted(wait_reply(kc, msg_id))
         assert execute(kc, "x")["content"]["status"] == "ok"
@@ -140,7 +105,7 @@ def test_loop_without_a_cancel_point_is_not_stopped(mode, example_dir):
     # Documented limit: nothing inside the process can stop a GIL-held loop that never checks.
     with running_kernel(mode, extra_arguments=["--CancelKernel.on_runaway=warn"]) as (km, kc):
         assert execute(kc, setup_cell(example_dir))["content"]["status"] == "ok"
-        msg_id = start_gil_holder(kc, f"montecarlo.pi_nocheck({FOREVER})")
+        msg_id = start_gil_holder(kc, "", f"montecarlo.pi_nocheck({FOREVER})")
         # Both kinds of interrupt; the control thread is starved, so do not wait for its reply.
         kc.control_channel.send(kc.session.msg("interrupt_request", {}))
         km.signal_kernel(signal.SIGINT)
@@ -168,11 +133,11 @@ def test_sigint_still_sets_the_flag_in_the_tenth_cell(mode, example_dir):
                 code += "\nimport signal; signal.signal(signal.SIGINT, signal.getsignal(signal.SIGINT))"
             reply = execute(kc, code)
             assert reply["content"]["status"] == "ok", reply["content"]
-        msg_id = start(kc, f"montecarlo.pi_gil({FOREVER})")  # the tenth cell
+        msg_id = start_cell(kc, f"montecarlo.pi_gil({FOREVER})")  # the tenth cell
         km.signal_kernel(signal.SIGINT)
         assert_interrupted(wait_reply(kc, msg_id))
         # And again, once more after an interrupted cell.
-        msg_id = start(kc, f"montecarlo.pi_gil({FOREVER})")
+        msg_id = start_cell(kc, f"montecarlo.pi_gil({FOREVER})")
         km.signal_kernel(signal.SIGINT)
         assert_interrupted(wait_reply(kc, msg_id))
         assert_state_survived(kc)
@@ -192,7 +157,7 @@ def test_a_cell_replacing_the_sigint_handler_does_not_break_it(example_dir):
         assert reply["content"]["status"] == "ok", reply["content"]
         reply = execute(kc, "assert native.sigint_handler_installed()")
         assert reply["content"]["status"] == "ok", reply["content"]
-        msg_id = start(kc, f"montecarlo.pi_gil({FOREVER})")
+        msg_id = start_cell(kc, f"montecarlo.pi_gil({FOREVER})")
         km.signal_kernel(signal.SIGINT)
         assert_interrupted(wait_reply(kc, msg_id))
         assert_state_survived(kc)
@@ -231,7 +196,7 @@ def test_kernel_works_with_the_fallback_flag(mode):
         assert reply["content"]["status"] == "ok", reply["content"]
         for code in ("cancelkernel.cancellable_sleep(3600)",
                      "while True:\n    try:\n        cancelkernel.raise_if_cancelled()\n    except ValueError:\n        pass"):
-            msg_id = start(kc, code)
+            msg_id = start_cell(kc, code)
             assert interrupt(kc)["interrupted"] is True
             assert_interrupted(wait_reply(kc, msg_id))
         reply = execute(kc, "assert x == 41 and not cancelkernel.cancel_requested()")

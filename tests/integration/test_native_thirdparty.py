@@ -19,7 +19,7 @@ import textwrap
 import zipfile
 
 import pytest
-from test_native_kernel import assert_interrupted, start
+from runaway_helpers import assert_interrupted, start_cell
 
 from cancelkernel.testing import MODES, execute, interrupt, running_kernel, wait_reply
 
@@ -169,13 +169,13 @@ def test_thirdparty_loops_are_interrupted(mode, thirdparty_dir):
         assert reply["content"]["status"] == "ok", reply["content"]
         # GIL held: only the SIGINT's C handler gets through (the control thread is starved).
         for code in ("ck_thirdparty_cy.spin_gil()", "ck_thirdparty_c.spin_gil()"):
-            msg_id = start(kc, code)
+            msg_id = start_cell(kc, code)
             km.signal_kernel(signal.SIGINT)
             assert_interrupted(wait_reply(kc, msg_id))
         # GIL released (ctypes releases it around foreign calls): a plain interrupt_request.
         for code in ("ck_thirdparty_cy.spin_nogil()", "ck_thirdparty_c.spin_nogil()", "ck_thirdparty_c.nap(3600)",
                      "libspin.spin(native.flag_address()); native.raise_if_cancelled()"):
-            msg_id = start(kc, code)
+            msg_id = start_cell(kc, code)
             assert interrupt(kc)["interrupted"] is True, code
             assert_interrupted(wait_reply(kc, msg_id))
         reply = execute(kc, "assert x == 41 and ck_thirdparty_cy.spins() > 0 and ck_thirdparty_c.spins() > 0\n"

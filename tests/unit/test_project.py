@@ -56,3 +56,14 @@ def test_the_version_is_written_once() -> None:
         assert json.load(f)["version"] == cancelkernel.__version__
     with open(os.path.join(ROOT, "docs", "enterprise-gateway", "kernel.json"), encoding="utf-8") as f:
         assert cancelkernel.__version__ not in f.read()  # an image TAG the user chooses, not a copy of the version
+
+
+def test_no_test_module_imports_another() -> None:
+    """Shared test code lives in helper modules (cancelkernel.testing, tests/*/..._helpers.py, lab_page.py)."""
+    wrong = []
+    for folder, _dirs, files in os.walk(os.path.join(ROOT, "tests")):
+        for name in files:
+            if name.endswith(".py"):
+                with open(os.path.join(folder, name), encoding="utf-8") as f:
+                    wrong += [f"{name}: {line.strip()}" for line in f if re.match(r"\s*(from|import) test_\w+", line)]
+    assert not wrong, "\n".join(wrong)
