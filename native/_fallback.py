@@ -52,7 +52,7 @@ _windows: dict[int, int] = {}  # gen -> thread id while that execution's user co
 def _set_async_exc(thread_id: int, exc_class: type | None) -> int:
     # None must reach C as NULL (clear), not as Py_None, so no argtypes here.
     arg = None if exc_class is None else ctypes.py_object(exc_class)
-    return ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), arg)
+    return int(ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), arg))
 
 
 def _claim(thread_id: int) -> _Slot:

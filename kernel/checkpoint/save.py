@@ -100,7 +100,7 @@ def save(
 def _committed(cpath: str, data: str) -> bool:
     """Whether the manifest now on disk points at `data` (an interrupt can land just after the rename)."""
     try:
-        return read_manifest(cpath, trusted=False)["data"] == os.path.basename(data)
+        return bool(read_manifest(cpath, trusted=False)["data"] == os.path.basename(data))
     except CheckpointStoreError:
         return False
 
@@ -184,7 +184,7 @@ def _module_entry(entry: dict, var: str, module: types.ModuleType) -> None:
 
 def _import_name(module: types.ModuleType) -> str | None:
     """The name to import `module` by: its own, or a package path it is known by (os.path, not posixpath)."""
-    own = getattr(module, "__name__", None)
+    own: str | None = getattr(module, "__name__", None)
     known = [key for key, mod in list(sys.modules.items()) if mod is module]
     if not known:
         return None

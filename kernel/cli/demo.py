@@ -12,6 +12,7 @@ import statistics
 import sys
 import tempfile
 import time
+import typing as t
 from collections.abc import Iterator
 
 from .. import protocol
@@ -31,14 +32,14 @@ RUNAWAYS = [
 REPEATS = 3
 
 
-def _reply(kc, msg_id: str, timeout: float) -> dict | None:
+def _reply(kc: t.Any, msg_id: str, timeout: float) -> dict | None:
     try:
         return wait_reply(kc, msg_id, timeout=timeout)
     except TimeoutError:
         return None
 
 
-def demo_mode(mode: str, out=sys.stdout) -> bool:
+def demo_mode(mode: str, out: t.TextIO = sys.stdout) -> bool:
     """Run the runaway cells in one exec mode; True if every one stopped and state survived."""
     kernel = Kernel("cancelkernel-demo", extra_arguments=[f"--CancelKernel.exec_thread={mode}"])
     ok = True
@@ -83,7 +84,7 @@ def demo_mode(mode: str, out=sys.stdout) -> bool:
     return ok
 
 
-def run_demo(modes: list[str], out=sys.stdout) -> int:
+def run_demo(modes: list[str], out: t.TextIO = sys.stdout) -> int:
     print("cancelkernel demo: every cell below runs forever until it is interrupted once.", file=out)
     log_path = os.path.join(tempfile.gettempdir(), f"cancelkernel-demo-{os.getpid()}.log")
     with _stderr_to(log_path), private_kernelspecs(**{"cancelkernel-demo": {}}):

@@ -264,8 +264,8 @@ class CellDisplayHook(ZMQShellDisplayHook):
         info = getattr(state.exec_result, "info", None) if state is not None else None
         code = getattr(info, "transformed_cell", None) or getattr(info, "raw_cell", None)
         if not code:
-            return super().quiet()
-        return self.semicolon_at_end_of_expression(code)
+            return bool(super().quiet())
+        return bool(self.semicolon_at_end_of_expression(code))
 
 
 class CellPayloads(PayloadManager):

@@ -139,7 +139,7 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
 
     @property
     def kernel_info(self) -> dict:
-        info = super().kernel_info
+        info: dict = super().kernel_info
         features = [f for f in info["supported_features"] if f != "debugger" or self.exec_thread == "main"]
         info["supported_features"] = [*features, protocol.FEATURE]
         dumps = self.runtime.dumps
@@ -363,7 +363,7 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
             faulthandler.dump_traceback_later(SHUTDOWN_DEADLINE, exit=True, file=sys.__stderr__)  # type: ignore[arg-type]
         except (AttributeError, ValueError, RuntimeError):  # no usable stderr: jupyter_client's kill remains
             pass
-        return super().do_shutdown(restart)
+        return t.cast(dict, super().do_shutdown(restart))
 
 
 def _log_to(app_log: logging.Logger) -> None:

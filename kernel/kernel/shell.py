@@ -13,7 +13,7 @@ import sys
 import threading
 import types
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from ipykernel.zmqshell import ZMQInteractiveShell
 from traitlets import Any as AnyTrait
@@ -113,7 +113,9 @@ class CancelShell(ZMQInteractiveShell):
         """The execution whose code this shell runs now (the parent shell's, or this subshell thread's)."""
         if self.runtime is None:
             return None
-        return self.runtime.core.on_thread(self.runtime.executor.exec_thread_id) or self.runtime.core.on_thread(threading.get_ident())
+        core = self.runtime.core
+        found = core.on_thread(self.runtime.executor.exec_thread_id) or core.on_thread(threading.get_ident())
+        return cast("Execution | None", found)
 
     def _interrupted_execution(self, exc: BaseException) -> Execution | None:
         """The execution this exception interrupted, if it is one of our interrupts."""

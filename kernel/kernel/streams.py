@@ -58,14 +58,14 @@ class CancelDisplayPublisher(ZMQDisplayPublisher):
             return None
         if self.on_output is not None:
             self.on_output(_parent_msg_id(self))
-        return super().publish(*args, **kwargs)
+        super().publish(*args, **kwargs)
 
     def clear_output(self, *args: Any, **kwargs: Any) -> None:
         if is_abandoned_thread():
             return None
         if self.on_output is not None:
             self.on_output(_parent_msg_id(self))
-        return super().clear_output(*args, **kwargs)
+        super().clear_output(*args, **kwargs)
 
 
 def connect_streams(shell: Any, on_output: OutputCallback, streams: list[Any]) -> None:

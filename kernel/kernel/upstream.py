@@ -346,7 +346,7 @@ def honour_frontend_subshell() -> bool:
         pending = getattr(comm, "_reply_subshell_ids", {})
         if frontend_choice is not None and _request_id(data) not in pending:
             return frontend_choice
-        return ipykernel_route(comm, data, frontend_choice)
+        return t.cast("str | None", ipykernel_route(comm, data, frontend_choice))
 
     route.honours_frontend = True  # type: ignore[attr-defined]
     BaseComm._reply_subshell_for = route  # type: ignore[method-assign]

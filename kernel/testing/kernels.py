@@ -260,7 +260,7 @@ def wait_for(channel: t.Any, predicate: t.Callable[[dict], bool], timeout: float
             continue
         msg["_received"] = time.perf_counter()
         if predicate(msg):
-            return msg
+            return t.cast(dict, msg)
 
 
 def wait_reply(kc: BlockingKernelClient, msg_id: str, timeout: float = REPLY_TIMEOUT) -> dict:
@@ -363,4 +363,5 @@ def control_request(kc: BlockingKernelClient, msg_type: str, content: dict | Non
 
 def interrupt(kc: BlockingKernelClient, target: str | None = None, *, timeout: float = REPLY_TIMEOUT) -> dict:
     """Send interrupt_request (targeted if `target`), return the interrupt_reply content."""
-    return control_request(kc, protocol.INTERRUPT_REQUEST, {"target": target} if target else {}, timeout=timeout)["content"]
+    reply = control_request(kc, protocol.INTERRUPT_REQUEST, {"target": target} if target else {}, timeout=timeout)
+    return t.cast(dict, reply["content"])

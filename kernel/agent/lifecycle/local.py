@@ -214,7 +214,7 @@ class LocalLifecycle:
         if km is None or km.provisioner is None:
             return None
         with contextlib.suppress(Exception):
-            return km.provisioner.process.poll()  # type: ignore[attr-defined]
+            return t.cast("int | None", km.provisioner.process.poll())  # type: ignore[attr-defined]
         return None
 
     def died_text(self, when: str) -> str:
