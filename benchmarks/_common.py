@@ -42,6 +42,18 @@ RUNAWAYS = [
 ]
 
 
+# -- processes -----------------------------------------------------------------------
+
+TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of the whole process (every thread), in seconds, from /proc (Linux)."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        fields = f.read().rsplit(b")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS  # fields 14 and 15 of proc(5), counted after the ")"
+
+
 # -- numbers -------------------------------------------------------------------------
 
 

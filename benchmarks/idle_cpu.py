@@ -20,7 +20,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from _common import Kernel, control_request, kernels_cleaned_up, wait_reply  # noqa: E402
+from _common import TICKS, Kernel, control_request, cpu_seconds, kernels_cleaned_up, wait_reply  # noqa: E402
 
 from cancelkernel.testing import private_kernelspecs  # noqa: E402
 
@@ -29,14 +29,6 @@ KERNELS = {
     "main": ("cancelkernel", ["--CancelKernel.exec_thread=main"]),
     "worker": ("cancelkernel", ["--CancelKernel.exec_thread=worker"]),
 }
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of the whole process (every thread), in seconds."""
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        fields = f.read().rsplit(b")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS  # fields 14 and 15 of proc(5), counted after the ")"
 
 
 def warm_up(kernel: Kernel) -> None:

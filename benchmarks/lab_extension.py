@@ -31,13 +31,12 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(1, os.path.join(os.path.dirname(HERE), "tests", "browser"))
-from _common import environment, percentile, write_json  # noqa: E402
+from _common import cpu_seconds, environment, percentile, write_json  # noqa: E402
 from lab_page import KERNEL_TIMEOUT, Notebook, lab_server, ms  # noqa: E402
 
 from cancelkernel.testing import kernels_cleaned_up  # noqa: E402
 
 STOCK_DISPLAY_NAME = "Python 3 (ipykernel)"
-TICKS = os.sysconf("SC_CLK_TCK")
 HOLD = "sum(range(10**13))"  # one C call that holds the GIL for hours
 
 # Installed in the page: when Shift+Enter went down, and when each cell line first showed each phase.
@@ -64,12 +63,6 @@ def kernel_pid(kernel_id: str) -> int:
             except OSError:
                 continue
     raise RuntimeError(f"no process for kernel {kernel_id}")
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        fields = f.read().rsplit(b")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 class Frames:

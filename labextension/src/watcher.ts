@@ -326,8 +326,10 @@ export class NotebookWatcher {
         this._render();
         void this._fetchServerStack();
       }
-      this._pollSoon(this._answering ? this._untilSilent() : 250);
-      return;
+      if (this._answering) {
+        this._pollSoon(this._untilSilent());
+      }
+      return; // not answering: its reply (_onCancelStatus) starts polling again, a restart ends the request
     }
     this._outstandingSince = Date.now();
     this._outstanding = requestCancelStatus(kernel, status => this._onCancelStatus(status));
