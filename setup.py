@@ -96,7 +96,9 @@ def _lab_stale() -> bool:
     built = os.path.join(LAB_BUILT, "package.json")
     if not os.path.exists(built):
         return True
-    sources = [os.path.join(LAB_SOURCE, name) for name in ("src", "schema", "style", "package.json", "package-lock.json")]
+    sources = [
+        os.path.join(LAB_SOURCE, name) for name in ("src", "schema", "style", "package.json", "package-lock.json")
+    ]
     return _newest(sources) > _newest([LAB_BUILT])
 
 
@@ -119,7 +121,12 @@ def build_labextension() -> None:
     try:
         if not os.path.isdir(os.path.join(LAB_SOURCE, "node_modules")):
             print("cancelkernel: building the JupyterLab extension (npm ci, then npm run build:prod)", file=sys.stderr)
-            subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=LAB_SOURCE, check=True, stdout=sys.stderr)
+            subprocess.run(
+                [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+                cwd=LAB_SOURCE,
+                check=True,
+                stdout=sys.stderr,
+            )
         subprocess.run([npm, "run", "--silent", "build:prod"], cwd=LAB_SOURCE, check=True, stdout=sys.stderr)
     except (OSError, subprocess.CalledProcessError) as exc:
         print(f"cancelkernel: building the JupyterLab extension failed ({exc}); installing without it", file=sys.stderr)

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 # -- kernels and messages: the helpers the tests and the demo use too -----------------
-from cancelkernel.testing import (  # noqa: E402,F401 - re-exported for the benchmark scripts
+from cancelkernel.testing import (  # noqa: F401 - re-exported for the benchmark scripts
     Kernel,
     control_request,
     drain_channel,
@@ -57,6 +57,14 @@ def cpu_seconds(pid: int) -> float:
 # -- numbers -------------------------------------------------------------------------
 
 
+# Stock ipykernel and ours in both exec modes: label -> (kernelspec name, extra kernel arguments).
+STOCK_AND_OURS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "stock": ("python3", ()),
+    "main": ("cancelkernel", ("--CancelKernel.exec_thread=main",)),
+    "worker": ("cancelkernel", ("--CancelKernel.exec_thread=worker",)),
+}
+
+
 def percentile(samples: Iterable[float], q: float) -> float | None:
     """Linear-interpolated percentile (q in 0..100); math.inf samples count as the largest.
 
@@ -92,7 +100,7 @@ def environment() -> dict:
         try:
             module = __import__(name)
             versions[name] = getattr(module, "__version__", None)
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - an import may fail in any way: the version is then unknown
             versions[name] = None
     return {
         "python": sys.version.split()[0],
@@ -139,9 +147,17 @@ def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[str]], align:
     widths = [max(len(str(h)), *(len(r[i]) for r in rows)) if rows else len(str(h)) for i, h in enumerate(headers)]
 
     def line(cells: Sequence[str]) -> str:
-        return "| " + " | ".join(c.rjust(w) if a == "r" else c.ljust(w) for c, w, a in zip(cells, widths, align, strict=False)) + " |"
+        return (
+            "| "
+            + " | ".join(c.rjust(w) if a == "r" else c.ljust(w) for c, w, a in zip(cells, widths, align, strict=False))
+            + " |"
+        )
 
-    rule = "|" + "|".join(("-" * (w + 1) + ":") if a == "r" else ("-" * (w + 2)) for w, a in zip(widths, align, strict=False)) + "|"
+    rule = (
+        "|"
+        + "|".join(("-" * (w + 1) + ":") if a == "r" else ("-" * (w + 2)) for w, a in zip(widths, align, strict=False))
+        + "|"
+    )
     return "\n".join([line(list(map(str, headers))), rule, *(line(r) for r in rows)])
 
 
@@ -164,7 +180,7 @@ def grouped_bar_svg(
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-    except Exception:  # noqa: BLE001 - optional
+    except Exception:  # noqa: BLE001 - optional: a matplotlib that fails to import in any way draws nothing
         return False
     names = list(series)
     width = 0.8 / max(1, len(names))
@@ -185,7 +201,14 @@ def grouped_bar_svg(
             if never:
                 bar.set_hatch("//")
                 bar.set_alpha(0.5)
-                ax.annotate("never", (bar.get_x() + bar.get_width() / 2, bar.get_height() * 0.8), ha="center", va="top", fontsize=7, rotation=90)
+                ax.annotate(
+                    "never",
+                    (bar.get_x() + bar.get_width() / 2, bar.get_height() * 0.8),
+                    ha="center",
+                    va="top",
+                    fontsize=7,
+                    rotation=90,
+                )
     ax.set_yscale("log")
     ax.set_xticks(range(len(groups)))
     ax.set_xticklabels(groups, rotation=35, ha="right", fontsize=8)

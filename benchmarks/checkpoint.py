@@ -45,7 +45,7 @@ from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
 from cancelkernel.kernelspec import install
-from cancelkernel.testing import running_kernel, wait_idle, wait_reply
+from cancelkernel.testing import checkpoint_request, restart, running_kernel, wait_idle, wait_reply
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GOAL_SAVE = 300.0  # MB/s, large buffers
@@ -93,20 +93,12 @@ def run_cell(kc: BlockingKernelClient, code: str) -> dict:
     return reply
 
 
-def checkpoint_request(kc: BlockingKernelClient, action: str, name: str | None = None) -> dict:
-    msg = kc.session.msg("checkpoint_request", {"action": action, **({"name": name} if name else {})})
-    kc.shell_channel.send(msg)
-    msg_id = msg["header"]["msg_id"]
-    content = wait_reply(kc, msg_id, TIMEOUT)["content"]
-    wait_idle(kc, msg_id, TIMEOUT)
+def checkpoint(kc: BlockingKernelClient, action: str, name: str) -> dict:
+    """A checkpoint_request that must succeed; its reply once the kernel is idle again."""
+    content = checkpoint_request(kc, action, name, timeout=TIMEOUT)
     if content["status"] != "ok":
         raise RuntimeError(f"checkpoint {action} failed: {content.get('ename')}: {content.get('evalue')}")
     return content
-
-
-def restart(km: KernelManager, kc: BlockingKernelClient) -> None:
-    km.restart_kernel(now=True)
-    kc.wait_for_ready(timeout=60)
 
 
 # -- namespaces --------------------------------------------------------------------------
@@ -150,23 +142,23 @@ def throughput(name: str, mode: str, runtime: str, size: int, shape: str) -> dic
     with kernel(name, mode, runtime) as (km, kc):
         run_cell(kc, namespace_code(size, shape))
         t = time.perf_counter()
-        saved = checkpoint_request(kc, "save", "bench")
+        saved = checkpoint(kc, "save", "bench")
         save_wall = time.perf_counter() - t
         restart(km, kc)
         t = time.perf_counter()
-        restored = checkpoint_request(kc, "restore", "bench")
+        restored = checkpoint(kc, "restore", "bench")
         restore_wall = time.perf_counter() - t
         run_cell(kc, VERIFY)
         if restored["skipped"]:
             raise RuntimeError(f"restore skipped {restored['skipped']}")
-        checkpoint_request(kc, "drop", "bench")
+        checkpoint(kc, "drop", "bench")
     nbytes = saved["bytes"]
     return {
         "size": size,
         "shape": shape,
         "mode": mode,
         "bytes": nbytes,
-        "names": len(saved["saved"]),
+        "names": saved["names"],
         "save_seconds": saved["seconds"],
         "save_wall": save_wall,
         "save_mbps": nbytes / MB / saved["seconds"],
@@ -179,7 +171,7 @@ def throughput(name: str, mode: str, runtime: str, size: int, shape: str) -> dic
 def wedge(name: str, mode: str, runtime: str, size: int) -> dict:
     with kernel(name, mode, runtime) as (km, kc):
         run_cell(kc, namespace_code(size, "mixed"))
-        saved = checkpoint_request(kc, "save", "wedge")
+        saved = checkpoint(kc, "save", "wedge")
         # Flushed before the GIL is taken: once sum() runs, not even the iopub thread gets to send.
         msg_id = kc.execute("import sys; print('wedging', flush=True); sum(range(10**12))")
         deadline = time.monotonic() + 30
@@ -193,10 +185,10 @@ def wedge(name: str, mode: str, runtime: str, size: int) -> dict:
         t1 = time.perf_counter()
         kc.wait_for_ready(timeout=60)
         t2 = time.perf_counter()
-        restored = checkpoint_request(kc, "restore", "wedge")  # returns once the kernel is idle again
+        restored = checkpoint(kc, "restore", "wedge")  # returns once the kernel is idle again
         t3 = time.perf_counter()
         run_cell(kc, VERIFY)
-        checkpoint_request(kc, "drop", "wedge")
+        checkpoint(kc, "drop", "wedge")
     return {
         "size": size,
         "mode": mode,
@@ -238,15 +230,26 @@ def environment(directory: str) -> dict:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--sizes", default="10MB,100MB,1GB", help="comma-separated namespace sizes (default 10MB,100MB,1GB)")
     p.add_argument("--shapes", default="buffers,mixed", help="comma-separated, from buffers,mixed (default both)")
     p.add_argument("--modes", default="main", help="exec threads, comma-separated from main,worker (default main)")
-    p.add_argument("--wedge-size", default="100MB", help="namespace size for wedge-to-restored (default 100MB; 0 skips it)")
+    p.add_argument(
+        "--wedge-size", default="100MB", help="namespace size for wedge-to-restored (default 100MB; 0 skips it)"
+    )
     p.add_argument("--repeat", type=int, default=3, help="samples per case, the median is shown (default 3)")
-    p.add_argument("--dir", default=None, help="where the temporary checkpoints go (default: under /work, else the temp dir)")
+    p.add_argument(
+        "--dir", default=None, help="where the temporary checkpoints go (default: under /work, else the temp dir)"
+    )
     p.add_argument("--json", metavar="FILE", help="write every sample and the environment here")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = _parser()
     opts = p.parse_args(argv)
     sizes = [parse_size(s) for s in opts.sizes.split(",") if s.strip()]
     shapes = [s for s in opts.shapes.split(",") if s]
@@ -258,7 +261,9 @@ def main(argv: list[str] | None = None) -> int:
     subprocess.run(["df", "-h", base], check=False)
     need = 2 * max([*sizes, wedge_size]) + 500 * MB
     if shutil.disk_usage(base).free < need:
-        print(f"not enough free space in {base}: need about {label(need)}; pass --dir or smaller --sizes", file=sys.stderr)
+        print(
+            f"not enough free space in {base}: need about {label(need)}; pass --dir or smaller --sizes", file=sys.stderr
+        )
         return 2
     scratch = tempfile.mkdtemp(prefix="cancelkernel-checkpoint-bench-", dir=base)
     results: dict[str, Any] = {"environment": environment(base), "throughput": [], "wedge": [], "errors": []}
@@ -268,32 +273,55 @@ def main(argv: list[str] | None = None) -> int:
         for mode in modes:
             for size in sizes:
                 for shape in shapes:
-                    try:
-                        samples = [throughput(name, mode, runtime, size, shape) for _ in range(opts.repeat)]
-                    except Exception as exc:  # noqa: BLE001 - one failed case must not lose the others
-                        results["errors"].append(f"{mode} {label(size)} {shape}: {type(exc).__name__}: {exc}")
-                        print(results["errors"][-1], file=sys.stderr)
-                        continue
-                    row = median_of(samples, ["save_mbps", "restore_mbps", "save_seconds", "restore_seconds"])
-                    results["throughput"].append(row)
-                    print(
-                        f"{mode} {label(size)} {shape}: save {row['save_mbps']:.0f} MB/s, restore {row['restore_mbps']:.0f} MB/s",
-                        file=sys.stderr,
-                    )
+                    _measure_throughput(results, name, mode, runtime, size, shape, opts.repeat)
             if wedge_size:
-                try:
-                    samples = [wedge(name, mode, runtime, wedge_size) for _ in range(opts.repeat)]
-                except Exception as exc:  # noqa: BLE001
-                    results["errors"].append(f"{mode} wedge {label(wedge_size)}: {type(exc).__name__}: {exc}")
-                    print(results["errors"][-1], file=sys.stderr)
-                    continue
-                row = median_of(samples, ["kill_restart", "ready", "restore", "total"])
-                results["wedge"].append(row)
-                print(f"{mode} wedge {label(wedge_size)}: {row['total']:.2f} s", file=sys.stderr)
+                _measure_wedge(results, name, mode, runtime, wedge_size, opts.repeat)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    print_tables(results, opts.repeat)
+    if opts.json:
+        os.makedirs(os.path.dirname(os.path.abspath(opts.json)), exist_ok=True)
+        with open(opts.json, "w") as f:
+            json.dump(results, f, indent=1)
+        print(f"\nwrote {opts.json}")
+    return 1 if results["errors"] else 0
+
+
+def _measure_throughput(
+    results: dict[str, Any], name: str, mode: str, runtime: str, size: int, shape: str, repeat: int
+) -> None:
+    """`repeat` save/restore samples of one case: their median row, or the error (the other cases go on)."""
+    try:
+        samples = [throughput(name, mode, runtime, size, shape) for _ in range(repeat)]
+    except Exception as exc:  # noqa: BLE001 - one failed case must not lose the others
+        results["errors"].append(f"{mode} {label(size)} {shape}: {type(exc).__name__}: {exc}")
+        print(results["errors"][-1], file=sys.stderr)
+        return
+    row = median_of(samples, ["save_mbps", "restore_mbps", "save_seconds", "restore_seconds"])
+    results["throughput"].append(row)
+    print(
+        f"{mode} {label(size)} {shape}: save {row['save_mbps']:.0f} MB/s, restore {row['restore_mbps']:.0f} MB/s",
+        file=sys.stderr,
+    )
+
+
+def _measure_wedge(results: dict[str, Any], name: str, mode: str, runtime: str, size: int, repeat: int) -> None:
+    """`repeat` wedge-to-restored samples: their median row, or the error (the other cases go on)."""
+    try:
+        samples = [wedge(name, mode, runtime, size) for _ in range(repeat)]
+    except Exception as exc:  # noqa: BLE001 - one failed case must not lose the others
+        results["errors"].append(f"{mode} wedge {label(size)}: {type(exc).__name__}: {exc}")
+        print(results["errors"][-1], file=sys.stderr)
+        return
+    row = median_of(samples, ["kill_restart", "ready", "restore", "total"])
+    results["wedge"].append(row)
+    print(f"{mode} wedge {label(size)}: {row['total']:.2f} s", file=sys.stderr)
+
+
+def print_tables(results: dict[str, Any], repeat: int) -> None:
+    """Throughput and wedge-to-restored, as tables, with the goals; then the cases that failed."""
     print()
-    print(f"Checkpoint save / restore through a real kernel (median of {opts.repeat}; page cache warm)\n")
+    print(f"Checkpoint save / restore through a real kernel (median of {repeat}; page cache warm)\n")
     rows = []
     for r in results["throughput"]:
         goal = ""
@@ -303,13 +331,28 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(
             [
                 r["mode"], label(r["size"]), r["shape"], f"{r['bytes'] / MB:.0f}", str(r["names"]),
-                f"{r['save_seconds']:.3f}", f"{r['save_mbps']:.0f}", f"{r['restore_seconds']:.3f}", f"{r['restore_mbps']:.0f}", goal,
+                f"{r['save_seconds']:.3f}", f"{r['save_mbps']:.0f}",
+                f"{r['restore_seconds']:.3f}", f"{r['restore_mbps']:.0f}", goal,
             ]
         )  # fmt: skip
-    headers = ["mode", "size", "shape", "MB", "names", "save s", "save MB/s", "restore s", "restore MB/s", f"goal {GOAL_SAVE:.0f}/{GOAL_RESTORE:.0f}"]
+    headers = [
+        "mode",
+        "size",
+        "shape",
+        "MB",
+        "names",
+        "save s",
+        "save MB/s",
+        "restore s",
+        "restore MB/s",
+        f"goal {GOAL_SAVE:.0f}/{GOAL_RESTORE:.0f}",
+    ]
     print(table(headers, rows))
     if results["wedge"]:
-        print(f"\nWedged (sum(range(10**12)) holding the GIL) -> new kernel idle with state restored (median of {opts.repeat})\n")
+        print(
+            "\nWedged (sum(range(10**12)) holding the GIL) -> new kernel idle with state restored "
+            f"(median of {repeat})\n"
+        )
         rows = [
             [
                 r["mode"], label(r["size"]), f"{r['kill_restart']:.2f}", f"{r['ready']:.2f}", f"{r['restore']:.2f}",
@@ -317,15 +360,13 @@ def main(argv: list[str] | None = None) -> int:
             ]
             for r in results["wedge"]
         ]  # fmt: skip
-        print(table(["mode", "size", "kill+start s", "ready s", "restore s", "total s", f"goal <= {GOAL_WEDGE:g} s"], rows))
+        print(
+            table(
+                ["mode", "size", "kill+start s", "ready s", "restore s", "total s", f"goal <= {GOAL_WEDGE:g} s"], rows
+            )
+        )
     for error in results["errors"]:
         print(f"FAILED: {error}")
-    if opts.json:
-        os.makedirs(os.path.dirname(os.path.abspath(opts.json)), exist_ok=True)
-        with open(opts.json, "w") as f:
-            json.dump(results, f, indent=1)
-        print(f"\nwrote {opts.json}")
-    return 1 if results["errors"] else 0
 
 
 if __name__ == "__main__":

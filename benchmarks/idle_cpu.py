@@ -50,7 +50,9 @@ def main() -> int:
     args = parser.parse_args()
     results: dict[str, dict] = {}
     with kernels_cleaned_up(), private_kernelspecs():
-        kernels = {label: Kernel(name, label=label, extra_arguments=extra).start() for label, (name, extra) in KERNELS.items()}
+        kernels = {
+            label: Kernel(name, label=label, extra_arguments=extra).start() for label, (name, extra) in KERNELS.items()
+        }
         try:
             for kernel in kernels.values():
                 warm_up(kernel)
@@ -67,13 +69,25 @@ def main() -> int:
                 kernel.shutdown()
     for label in KERNELS:
         used = after[label] - before[label]
-        results[label] = {"cpu_seconds": round(used, 3), "window": round(window, 2), "percent": round(100 * used / window, 3)}
+        results[label] = {
+            "cpu_seconds": round(used, 3),
+            "window": round(window, 2),
+            "percent": round(100 * used / window, 3),
+        }
     stock = results["stock"]["cpu_seconds"]
     print(f"idle CPU over {window:.1f} s (utime+stime from /proc, clock tick {1 / TICKS:g} s)")
     print("| kernel | CPU s | % of one core | vs stock |")
     print("|---|---|---|---|")
     for label, row in results.items():
-        ratio = "1.0" if label == "stock" else (f"{row['cpu_seconds'] / stock:.1f}x" if stock else ("= (both 0)" if not row["cpu_seconds"] else "stock used 0"))
+        ratio = (
+            "1.0"
+            if label == "stock"
+            else (
+                f"{row['cpu_seconds'] / stock:.1f}x"
+                if stock
+                else ("= (both 0)" if not row["cpu_seconds"] else "stock used 0")
+            )
+        )
         row["vs_stock"] = ratio
         print(f"| {label} | {row['cpu_seconds']:.2f} | {row['percent']:.2f} | {ratio} |")
     if args.json:

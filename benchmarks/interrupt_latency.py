@@ -26,6 +26,7 @@ no kernel behind, also on Ctrl-C or errors.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import signal
@@ -33,14 +34,15 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TextIO
 
 import zmq
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import (  # noqa: E402
+from _common import (
     Kernel,
-    control_request,
     drain_channel,
     environment,
     fmt_seconds,
@@ -55,7 +57,7 @@ from _common import (  # noqa: E402
     write_json,
 )
 
-from cancelkernel.testing import private_kernelspecs  # noqa: E402
+from cancelkernel.testing import cancel_status, private_kernelspecs
 
 # -- what is measured ----------------------------------------------------------------
 
@@ -79,11 +81,19 @@ KERNELS = {
     # kernelspec without interrupt_mode "message" (stock's python3 spec, i.e. what
     # JupyterLab does): SIGINT to the kernel's process group, sent by the client.
     "stock-sig": KernelConfig("stock-sig", "python3", (), "stock ipykernel, SIGINT to its process group", "signal"),
-    "main-sig": KernelConfig("main-sig", "cancelkernel", _MAIN, "cancelkernel main, SIGINT to its process group", "signal"),
-    "worker-sig": KernelConfig("worker-sig", "cancelkernel", _WORKER, "cancelkernel worker, SIGINT to its process group", "signal"),
+    "main-sig": KernelConfig(
+        "main-sig", "cancelkernel", _MAIN, "cancelkernel main, SIGINT to its process group", "signal"
+    ),
+    "worker-sig": KernelConfig(
+        "worker-sig", "cancelkernel", _WORKER, "cancelkernel worker, SIGINT to its process group", "signal"
+    ),
     # Optional: main mode with the memory guard off, beside "main", for what the guard's sampling costs.
-    "main-noguard": KernelConfig("main-noguard", "cancelkernel", (*_MAIN, "--CancelKernel.memory_guard=False"),
-                                 "cancelkernel main, memory guard off, interrupt_request"),  # fmt: skip
+    "main-noguard": KernelConfig(
+        "main-noguard",
+        "cancelkernel",
+        (*_MAIN, "--CancelKernel.memory_guard=False"),
+        "cancelkernel main, memory guard off, interrupt_request",
+    ),
 }
 DEFAULT_KERNELS = ("stock", "main", "worker")
 
@@ -102,18 +112,31 @@ CASES = {
         Case("loop", "`while True: pass`", "while True:\n    pass"),
         Case("sleep", "`time.sleep(10**6)`", "import time\ntime.sleep(10**6)"),
         Case("event", "`threading.Event().wait()`", "import threading\nthreading.Event().wait()"),
-        Case("lock", "lock acquired twice", "import threading\n_lock = threading.Lock()\n_lock.acquire()\n_lock.acquire()"),
+        Case(
+            "lock",
+            "lock acquired twice",
+            "import threading\n_lock = threading.Lock()\n_lock.acquire()\n_lock.acquire()",
+        ),
         Case("queue", "`queue.Queue().get()`", "import queue\nqueue.Queue().get()"),
         Case("socket", "`recv` on a silent socketpair", "import socket\n_sa, _sb = socket.socketpair()\n_sa.recv(1)"),
         Case("pipe", "`os.read` on an empty pipe", "import os\n_pr, _pw = os.pipe()\nos.read(_pr, 1)"),
-        Case("subprocess", '`subprocess.run(["sleep","1000"])`', 'import subprocess\nsubprocess.run(["sleep", "1000"])'),
+        Case(
+            "subprocess", '`subprocess.run(["sleep","1000"])`', 'import subprocess\nsubprocess.run(["sleep", "1000"])'
+        ),
         Case("input", "`input()`, never answered", "input()", stdin=True),
         Case("asyncio", "`await asyncio.sleep(10**6)`", "import asyncio\nawait asyncio.sleep(10**6)"),
         Case("regex", "`re.match(r'(a+)+$', 'a'*40+'b')`", "import re\nre.match(r'(a+)+$', 'a' * 40 + 'b')"),
         Case(
             "thread_join",
             "join a thread that never ends",
-            "import threading\n_t = threading.Thread(target=threading.Event().wait, daemon=True)\n_t.start()\n_t.join()",
+            "import threading\n_t = threading.Thread(target=threading.Event().wait, daemon=True)\n"
+            "_t.start()\n_t.join()",
+        ),
+        # {native_dir}: where the montecarlo example was built for this run (examples/native).
+        Case(
+            "cython",
+            "GIL-held cooperative Cython loop",
+            "import sys\nsys.path.insert(0, {native_dir!r})\nimport montecarlo\nmontecarlo.pi_gil(10**15)",
         ),
         Case(
             "deep_sleep",
@@ -123,12 +146,32 @@ CASES = {
     ]
 }
 
+# Where the Cython example was built (the "cython" case), set by main().
+NATIVE_DIR: str | None = None
+
+
+def code_of(case: Case) -> str:
+    """The case's code, with the Cython example's build directory filled in."""
+    return case.code.replace("{native_dir!r}", repr(NATIVE_DIR))
+
+
+def build_native_example() -> str:
+    """Build examples/native/montecarlo.pyx against the installed cancelkernel, into a temporary directory."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "native"))
+    from native_build import build_montecarlo
+
+    return str(build_montecarlo(tempfile.mkdtemp(prefix="ck-latency-native-")))
+
+
 TRIVIAL = "trivial"
 TRIVIAL_TITLE = "`1` (round trip, no interrupt)"
 
 # Goals (checked and printed at the end).
 GOAL_CASES = ("loop", "sleep", "socket", "event")
 GOAL_P50 = 0.005
+# Interrupt -> reply against main mode's own trivial round trip, same run: p50 and p90 ratios.
+GOAL_OWN_P50 = 1.0
+GOAL_OWN_P90 = 1.5
 
 CHECK_TIMEOUT = 10.0  # a kernel that cannot answer the check cell in this time is restarted
 START_TIMEOUT = 2.0  # wait this long for a runaway cell's execute_input (then interrupt anyway)
@@ -202,8 +245,9 @@ class Bench:
         drain_channel(self.kc.iopub_channel)
         drain_channel(self.kc.stdin_channel)
         try:
-            reply = self.execute("pass", timeout=CHECK_TIMEOUT, silent=True, store_history=False,
-                                 user_expressions={"s": "_bench_state"})
+            reply = self.execute(
+                "pass", timeout=CHECK_TIMEOUT, silent=True, store_history=False, user_expressions={"s": "_bench_state"}
+            )
         except TimeoutError:
             self.state["unresponsive"] += 1
             self.restart("no reply to the check cell: the kernel is not idle")
@@ -219,10 +263,17 @@ class Bench:
         return ok
 
     def trivial_sample(self, run: int) -> dict:
-        msg = self.kc.session.msg("execute_request", {
-            "code": "1", "silent": False, "store_history": True, "user_expressions": {}, "allow_stdin": False,
-            "stop_on_error": True,
-        })
+        msg = self.kc.session.msg(
+            "execute_request",
+            {
+                "code": "1",
+                "silent": False,
+                "store_history": True,
+                "user_expressions": {},
+                "allow_stdin": False,
+                "stop_on_error": True,
+            },
+        )
         sent = time.perf_counter()
         self.kc.shell_channel.send(msg)
         reply = wait_reply(self.kc, msg["header"]["msg_id"], CHECK_TIMEOUT)
@@ -237,7 +288,7 @@ class Bench:
             drain_channel(channel)
         sample: dict = {"run": run, "outcome": None, "latency": None}
         sent = time.perf_counter()
-        msg_id = kc.execute(case.code, allow_stdin=case.stdin, stop_on_error=True)
+        msg_id = kc.execute(code_of(case), allow_stdin=case.stdin, stop_on_error=True)
         # "Started" = its execute_input arrived (published just before the code runs).
         try:
             started = _wait_execute_input(kc, msg_id, START_TIMEOUT)
@@ -247,12 +298,7 @@ class Bench:
             started = sent
             sample["execute_input_seen"] = False
         time.sleep(max(0.0, started + delay - time.perf_counter()))
-        if self.config.interrupt == "signal":
-            assert self.kernel.km is not None
-            int_id, t_int = "", time.perf_counter()
-            self.kernel.km.signal_kernel(signal.SIGINT)  # what interrupt_kernel() does in signal mode
-        else:
-            int_id, t_int = send_control(kc, "interrupt_request", {})
+        int_id, t_int = self._interrupt()
         sample["started_to_interrupt"] = round(t_int - started, 6)
         # Raw perf_counter stamps (CLOCK_MONOTONIC on Linux: comparable with stamps taken in the kernel).
         sample["clock"] = {"started": started, "interrupt": t_int}
@@ -266,20 +312,7 @@ class Bench:
             return sample
         sample["latency"] = reply["_received"] - t_int
         sample["clock"]["reply"] = reply["_received"]
-        content = reply["content"]
-        sample["status"] = content.get("status")
-        sample["ename"] = content.get("ename")
-        sample["evalue"] = (content.get("evalue") or "")[:300]
-        sample["traceback_lines"] = len(content.get("traceback") or [])
-        meta = (reply.get("metadata") or {}).get("cancelkernel")
-        if meta:
-            sample["metadata"] = {k: meta.get(k) for k in ("interrupted", "reason", "elapsed", "stopped_at", "abandoned_thread", "interrupts_sent")}
-        if reply["_received"] - started < delay:
-            sample["outcome"] = "finished_early"  # it ended before the interrupt was sent
-        elif content.get("status") == "error" and content.get("ename") in ("KeyboardInterrupt", "CancelledError"):
-            sample["outcome"] = "stopped"
-        else:
-            sample["outcome"] = "other_reply"
+        _describe_reply(sample, reply, started, delay)
         try:
             wait_idle(kc, msg_id, CHECK_TIMEOUT)
         except TimeoutError:
@@ -293,11 +326,20 @@ class Bench:
                 sample["ack"] = None
         return sample
 
+    def _interrupt(self) -> tuple[str, float]:
+        """Interrupt the running cell the way this kernel is configured: (interrupt_request msg_id or "", sent at)."""
+        if self.config.interrupt == "signal":
+            assert self.kernel.km is not None
+            int_id, t_int = "", time.perf_counter()
+            self.kernel.km.signal_kernel(signal.SIGINT)  # what interrupt_kernel() does in signal mode
+            return int_id, t_int
+        return send_control(self.kc, "interrupt_request", {})
+
     def finish(self) -> None:
         """What the kernel says about itself at the end (cancelkernel only)."""
         if self.is_cancelkernel and self.kernel.kc is not None:
             try:
-                self.end_status = control_request(self.kc, "cancel_status_request", timeout=5.0)["content"]
+                self.end_status = cancel_status(self.kc, timeout=5.0)
             except TimeoutError:
                 self.end_status = {"error": "no cancel_status_reply"}
 
@@ -360,7 +402,30 @@ def _wait_reply_and_ack(kc, msg_id: str, int_id: str, deadline: float) -> tuple[
 
 
 def _wait_ack(kc, int_id: str, timeout: float) -> dict:
-    return wait_for(kc.control_channel, lambda m: m["parent_header"].get("msg_id") == int_id, timeout, "interrupt_reply")
+    return wait_for(
+        kc.control_channel, lambda m: m["parent_header"].get("msg_id") == int_id, timeout, "interrupt_reply"
+    )
+
+
+def _describe_reply(sample: dict, reply: dict, started: float, delay: float) -> None:
+    """What the execute_reply of an interrupted cell says, and the sample's outcome, into `sample`."""
+    content = reply["content"]
+    sample["status"] = content.get("status")
+    sample["ename"] = content.get("ename")
+    sample["evalue"] = (content.get("evalue") or "")[:300]
+    sample["traceback_lines"] = len(content.get("traceback") or [])
+    meta = (reply.get("metadata") or {}).get("cancelkernel")
+    if meta:
+        sample["metadata"] = {
+            k: meta.get(k)
+            for k in ("interrupted", "reason", "elapsed", "stopped_at", "abandoned_thread", "interrupts_sent")
+        }
+    if reply["_received"] - started < delay:
+        sample["outcome"] = "finished_early"  # it ended before the interrupt was sent
+    elif content.get("status") == "error" and content.get("ename") in ("KeyboardInterrupt", "CancelledError"):
+        sample["outcome"] = "stopped"
+    else:
+        sample["outcome"] = "other_reply"
 
 
 # -- statistics and output -----------------------------------------------------------
@@ -448,22 +513,68 @@ def build_table(rows: list[tuple[str, str]], summary: dict, labels: list[str]) -
     return markdown_table(headers, body)
 
 
+def own_round_trip_goals(summary: dict) -> list[str]:
+    """Main mode: interrupt -> reply within 1.0x its own trivial round trip at p50, 1.5x at p90 (issue 22)."""
+    trivial = summary.get("main", {}).get(TRIVIAL)
+    if not trivial or not trivial["p50"] or not trivial["p90"]:
+        return []
+    out = []
+    for name, st in summary["main"].items():
+        if name == TRIVIAL or st["p50"] is None or math.isinf(st["p50"]):
+            continue
+        p50, p90 = st["p50"] / trivial["p50"], st["p90"] / trivial["p90"]
+        ok = p50 <= GOAL_OWN_P50 and p90 <= GOAL_OWN_P90
+        out.append(
+            f"{'PASS' if ok else 'FAIL'}  main {name}: {p50:.2f}x its trivial round trip at p50, {p90:.2f}x at p90 "
+            f"(goal <= {GOAL_OWN_P50:g}x, {GOAL_OWN_P90:g}x)"
+        )
+    return out
+
+
 def goals(summary: dict, labels: list[str]) -> list[str]:
     """The goals, as PASS/FAIL lines (plus notes on cases ours never stopped)."""
+    return [
+        *_latency_goals(summary, labels),
+        *own_round_trip_goals(summary),
+        *_round_trip_goals(summary, labels),
+        *_deep_stack_goals(summary, labels),
+        *_never_stopped_notes(summary, labels),
+    ]
+
+
+def _latency_goals(summary: dict, labels: list[str]) -> list[str]:
+    """Main mode's p50 on the goal cases."""
     out = []
     if "main" in labels:
         for name in GOAL_CASES:
             st = summary["main"].get(name)
             if st and st["p50"] is not None:
                 ok = st["p50"] <= GOAL_P50
-                out.append(f"{'PASS' if ok else 'FAIL'}  main p50 {name}: {fmt_seconds(st['p50'])} (goal <= {GOAL_P50 * 1e3:g} ms)")
+                out.append(
+                    f"{'PASS' if ok else 'FAIL'}  main p50 {name}: {fmt_seconds(st['p50'])} (goal <= "
+                    f"{GOAL_P50 * 1e3:g} ms)"
+                )
+    return out
+
+
+def _round_trip_goals(summary: dict, labels: list[str]) -> list[str]:
+    """Each kernel's trivial round trip against its baseline's."""
+    out = []
     for label in labels:
         base = baseline(label, labels)
         ref, ours = (summary[base].get(TRIVIAL) if base else None), summary[label].get(TRIVIAL)
         if ref and ours and ref["p50"] is not None and ours["p50"] is not None:
             ok = ours["p50"] <= ref["p50"] * 1.05 + 0.0002  # measurement slack: 5 % + 0.2 ms
-            out.append(f"{'PASS' if ok else 'FAIL'}  {label} trivial round trip p50 {fmt_seconds(ours['p50'])} "
-                       f"vs {base} {fmt_seconds(ref['p50'])} (slack 5 % + 0.2 ms)")
+            out.append(
+                f"{'PASS' if ok else 'FAIL'}  {label} trivial round trip p50 {fmt_seconds(ours['p50'])} "
+                f"vs {base} {fmt_seconds(ref['p50'])} (slack 5 % + 0.2 ms)"
+            )
+    return out
+
+
+def _deep_stack_goals(summary: dict, labels: list[str]) -> list[str]:
+    """What the report of a sleep 200 frames deep costs over a flat sleep."""
+    out = []
     for label in labels:
         deep, flat = summary[label].get("deep_sleep"), summary[label].get("sleep")
         if not (deep and flat and deep["p50"] is not None and flat["p50"] is not None):
@@ -472,14 +583,24 @@ def goals(summary: dict, labels: list[str]) -> list[str]:
             continue
         extra = deep["p50"] - flat["p50"]
         verdict = "" if label.startswith("stock") else ("PASS  " if extra <= max(0.010, flat["p50"]) else "FAIL  ")
-        out.append(f"{verdict}{label}: the report of a sleep 200 frames deep costs {fmt_seconds(max(0.0, extra))} "
-                   f"more than a flat sleep (p50 {fmt_seconds(deep['p50'])} vs {fmt_seconds(flat['p50'])})")
+        out.append(
+            f"{verdict}{label}: the report of a sleep 200 frames deep costs {fmt_seconds(max(0.0, extra))} "
+            f"more than a flat sleep (p50 {fmt_seconds(deep['p50'])} vs {fmt_seconds(flat['p50'])})"
+        )
+    return out
+
+
+def _never_stopped_notes(summary: dict, labels: list[str]) -> list[str]:
+    """Cases a kernel never stopped where its baseline did."""
+    out = []
     for label in labels:
         base = baseline(label, labels)
         for name, st in summary[label].items():
             ref = summary[base].get(name) if base else None
             if name != TRIVIAL and st["never"] and ref is not None and ref["never"] < ref["n"]:
-                out.append(f"NOTE  {label} {name}: {st['never']}/{st['n']} never stopped ({base}: {ref['never']}/{ref['n']})")
+                out.append(
+                    f"NOTE  {label} {name}: {st['never']}/{st['n']} never stopped ({base}: {ref['never']}/{ref['n']})"
+                )
     return out
 
 
@@ -494,9 +615,16 @@ def _source_of(module: str) -> dict:
     if origin:
         try:
             # Editable installs resolve into the checkout; `git describe` names the commit (+ -dirty).
-            info["git"] = subprocess.run(["git", "-C", os.path.dirname(os.path.realpath(origin)), "describe", "--always", "--dirty"],
-                                         capture_output=True, text=True, timeout=10).stdout.strip() or None
-        except Exception:  # noqa: BLE001
+            info["git"] = (
+                subprocess.run(
+                    ["git", "-C", os.path.dirname(os.path.realpath(origin)), "describe", "--always", "--dirty"],
+                    capture_output=True,
+                    text=True,
+                    timeout=10,
+                ).stdout.strip()
+                or None
+            )
+        except (OSError, subprocess.SubprocessError):  # no git, or it did not answer
             info["git"] = None
     return info
 
@@ -504,20 +632,40 @@ def _source_of(module: str) -> dict:
 # -- main ----------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def kernel_output(path: str, log: Callable[[str], None]) -> Iterator[TextIO | None]:
+    """The file the kernels' stdout and stderr go to (None for "-": this terminal), closed at the end."""
+    if path == "-":
+        yield None
+        return
+    with open(path, "a") as output:
+        log(f"kernel output (stdout/stderr) goes to {path}")
+        yield output
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--runs", type=int, default=10, help="samples per case and kernel (default 10)")
     p.add_argument("--trivial-runs", type=int, default=None, help="samples of the trivial cell `1` (default 3 × runs)")
-    p.add_argument("--kernels", default=",".join(DEFAULT_KERNELS),
-                   help=f"comma-separated, from {','.join(KERNELS)} (default {','.join(DEFAULT_KERNELS)}; "
-                        "*-sig: interrupted by SIGINT to the process group instead of interrupt_request)")
+    p.add_argument(
+        "--kernels",
+        default=",".join(DEFAULT_KERNELS),
+        help=f"comma-separated, from {','.join(KERNELS)} (default {','.join(DEFAULT_KERNELS)}; "
+        "*-sig: interrupted by SIGINT to the process group instead of interrupt_request)",
+    )
     p.add_argument("--cases", default=",".join(CASES), help=f"comma-separated subset of {','.join(CASES)}")
     p.add_argument("--delay", type=float, default=0.3, help="seconds from cell start to interrupt (default 0.3)")
     p.add_argument("--cap", type=float, default=5.0, help="seconds to wait for the reply before 'never' (default 5)")
     p.add_argument("--json", metavar="FILE", help="write all raw samples and the environment here")
     p.add_argument("--svg", metavar="FILE", help="write a grouped bar chart here (needs matplotlib; skipped if absent)")
-    p.add_argument("--kernel-log", metavar="FILE", default=os.path.join(tempfile.gettempdir(), "interrupt_latency-kernels.log"),
-                   help="append the kernels' stdout/stderr here ('-': inherit, i.e. print them); default %(default)s")
+    p.add_argument(
+        "--kernel-log",
+        metavar="FILE",
+        default=os.path.join(tempfile.gettempdir(), "interrupt_latency-kernels.log"),
+        help="append the kernels' stdout/stderr here ('-': inherit, i.e. print them); default %(default)s",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     args = p.parse_args(argv)
     args.kernels = _subset(p, args.kernels, KERNELS, "kernel")
@@ -545,43 +693,14 @@ def main(argv: list[str] | None = None) -> int:
             print(text, file=sys.stderr, flush=True)
 
     source = _source_of("cancelkernel")  # now: the kernels import what is there at start
-    output = None
-    if args.kernel_log != "-":
-        output = open(args.kernel_log, "a")
-        log(f"kernel output (stdout/stderr) goes to {args.kernel_log}")
-    benches = [Bench(KERNELS[label], log, output) for label in args.kernels]
+    if "cython" in args.cases:
+        global NATIVE_DIR
+        log("building the Cython example (examples/native/montecarlo.pyx) ...")
+        NATIVE_DIR = build_native_example()
     began = time.time()
-    with kernels_cleaned_up(), private_kernelspecs():
-        for bench in benches:
-            log(f"starting {bench.config.description} ...")
-            bench.start()
-        for bench in benches:
-            log(f"warming up {bench.config.label} ...")
-            bench.warm_up(args.delay, args.cap)
-
-        log(f"trivial round trip x{args.trivial_runs}")
-        for bench in benches:
-            bench.samples[TRIVIAL] = []
-        for run in range(args.trivial_runs):
-            for bench in benches:
-                bench.samples[TRIVIAL].append(bench.trivial_sample(run))
-
-        for name in args.cases:
-            case = CASES[name]
-            for bench in benches:
-                bench.samples[name] = []
-            for run in range(args.runs):
-                for bench in benches:
-                    bench.check_state()
-                    bench.samples[name].append(bench.interrupt_sample(case, run, args.delay, args.cap))
-            log(f"{name:12s} " + "  ".join(
-                f"{b.config.label}: {fmt_seconds(stats(b.samples[name])['p50'])}" for b in benches))
-        for bench in benches:
-            bench.check_state()
-            bench.finish()
-        # Results are collected; the kernels go now (kernels_cleaned_up also covers errors).
-        for bench in benches:
-            bench.kernel.shutdown()
+    with kernel_output(args.kernel_log, log) as output, kernels_cleaned_up(), private_kernelspecs():
+        benches = [Bench(KERNELS[label], log, output) for label in args.kernels]
+        measure(benches, args, log)
 
     labels = [b.config.label for b in benches]
     summary = {b.config.label: {key: stats(samples) for key, samples in b.samples.items()} for b in benches}
@@ -589,53 +708,137 @@ def main(argv: list[str] | None = None) -> int:
     table = build_table(rows, summary, labels)
     env = environment()
     env["cancelkernel_source"] = source
+    print_report(args, benches, summary, table, env)
+    if args.json:
+        write_json(
+            args.json,
+            {
+                "benchmark": "interrupt_latency",
+                "config": {
+                    "runs": args.runs,
+                    "trivial_runs": args.trivial_runs,
+                    "delay": args.delay,
+                    "cap": args.cap,
+                    "kernels": labels,
+                    "cases": args.cases,
+                    "order": "interleaved: case, run, kernel",
+                },
+                "cases": {
+                    n: {"title": CASES[n].title, "code": code_of(CASES[n]), "allow_stdin": CASES[n].stdin}
+                    for n in args.cases
+                },
+                "environment": env,
+                "duration_s": round(time.time() - began, 1),
+                "summary": summary,
+                "kernels": {b.config.label: b.result() for b in benches},
+                "table_markdown": table,
+            },
+        )
+        print(f"\nwrote {args.json}")
+    if args.svg:
+        write_chart(args, summary, labels, rows, log)
+    return 0
 
+
+def measure(benches: list[Bench], args: argparse.Namespace, log: Callable[[str], None]) -> None:
+    """Start and warm up every kernel, take the samples (interleaved: case, run, kernel), then shut them down."""
+    for bench in benches:
+        log(f"starting {bench.config.description} ...")
+        bench.start()
+    for bench in benches:
+        log(f"warming up {bench.config.label} ...")
+        bench.warm_up(args.delay, args.cap)
+
+    log(f"trivial round trip x{args.trivial_runs}")
+    for bench in benches:
+        bench.samples[TRIVIAL] = []
+    for run in range(args.trivial_runs):
+        for bench in benches:
+            bench.samples[TRIVIAL].append(bench.trivial_sample(run))
+
+    for name in args.cases:
+        _measure_case(benches, CASES[name], args)
+        log(
+            f"{name:12s} "
+            + "  ".join(f"{b.config.label}: {fmt_seconds(stats(b.samples[name])['p50'])}" for b in benches)
+        )
+    for bench in benches:
+        bench.check_state()
+        bench.finish()
+    # Results are collected; the kernels go now (kernels_cleaned_up also covers errors).
+    for bench in benches:
+        bench.kernel.shutdown()
+
+
+def _measure_case(benches: list[Bench], case: Case, args: argparse.Namespace) -> None:
+    """`args.runs` interrupt samples of `case` on every kernel, run by run."""
+    for bench in benches:
+        bench.samples[case.name] = []
+    for run in range(args.runs):
+        for bench in benches:
+            bench.check_state()
+            bench.samples[case.name].append(bench.interrupt_sample(case, run, args.delay, args.cap))
+
+
+def print_report(args: argparse.Namespace, benches: list[Bench], summary: dict, table: str, env: dict) -> None:
+    """The table, its footnotes, what survived on each kernel, and the goals."""
     print()
-    print(f"Interrupt -> execute_reply, {args.runs} runs per case (trivial: {args.trivial_runs}), "
-          f"interrupt {args.delay:g} s after the cell started, cap {args.cap:g} s; "
-          f"Python {env['python']}, ipykernel {env['versions']['ipykernel']}, "
-          f"jupyter_client {env['versions']['jupyter_client']}, {env['cpu_count']} CPUs.")
+    print(
+        f"Interrupt -> execute_reply, {args.runs} runs per case (trivial: {args.trivial_runs}), "
+        f"interrupt {args.delay:g} s after the cell started, cap {args.cap:g} s; "
+        f"Python {env['python']}, ipykernel {env['versions']['ipykernel']}, "
+        f"jupyter_client {env['versions']['jupyter_client']}, {env['cpu_count']} CPUs."
+    )
     print()
     print(table)
     print()
     if any(st["abandoned"] for s in summary.values() for st in s.values()):
         print("† worker mode: the exec thread was blocked in C past interrupt_grace, abandoned and replaced.")
     if any(st.get("odd") for s in summary.values() for k, st in s.items() if k != TRIVIAL):
-        print("‡n n samples got a reply that was not an interrupt's (the cell ended by itself or with another error; see the JSON).")
+        print(
+            "‡n n samples got a reply that was not an interrupt's (the cell ended by itself or with another error; "
+            "see the JSON)."
+        )
     for b in benches:
         st = b.state
-        print(f"state survived ({b.config.label}): {st['survived']}/{st['checked']} checks"
-              + (f"; lost {len(st['lost'])}" if st["lost"] else "")
-              + (f"; {len(b.restart_log)} restart(s) (state re-set after each)" if b.restart_log else "")
-              + (f"; abandoned threads alive at the end: {len(b.end_status.get('abandoned_threads') or [])}"
-                 if b.end_status and "abandoned_threads" in b.end_status else ""))
+        print(
+            f"state survived ({b.config.label}): {st['survived']}/{st['checked']} checks"
+            + (f"; lost {len(st['lost'])}" if st["lost"] else "")
+            + (f"; {len(b.restart_log)} restart(s) (state re-set after each)" if b.restart_log else "")
+            + (
+                f"; abandoned threads alive at the end: {len(b.end_status.get('abandoned_threads') or [])}"
+                if b.end_status and "abandoned_threads" in b.end_status
+                else ""
+            )
+        )
     print()
-    for line in goals(summary, labels):
+    for line in goals(summary, [b.config.label for b in benches]):
         print(line)
 
-    if args.json:
-        write_json(args.json, {
-            "benchmark": "interrupt_latency",
-            "config": {"runs": args.runs, "trivial_runs": args.trivial_runs, "delay": args.delay, "cap": args.cap,
-                       "kernels": labels, "cases": args.cases, "order": "interleaved: case, run, kernel"},
-            "cases": {n: {"title": CASES[n].title, "code": CASES[n].code, "allow_stdin": CASES[n].stdin} for n in args.cases},
-            "environment": env,
-            "duration_s": round(time.time() - began, 1),
-            "summary": summary,
-            "kernels": {b.config.label: b.result() for b in benches},
-            "table_markdown": table,
-        })
-        print(f"\nwrote {args.json}")
-    if args.svg:
-        series = {label: [(summary[label][k]["p50"], summary[label][k]["p90"]) if k in summary[label] else (None, None)
-                          for k, _ in rows] for label in labels}
-        groups = ["1 (round trip)" if k == TRIVIAL else k for k, _ in rows]
-        if grouped_bar_svg(args.svg, groups, series, title="interrupt -> execute_reply (p50, whisker to p90)",
-                           ylabel="seconds (log)", never_at=args.cap * 1.5):
-            print(f"wrote {args.svg}")
-        else:
-            log("matplotlib is not importable: no chart written")
-    return 0
+
+def write_chart(
+    args: argparse.Namespace, summary: dict, labels: list[str], rows: list[tuple[str, str]], log: Callable[[str], None]
+) -> None:
+    """The p50/p90 bar chart, as SVG, if matplotlib is there."""
+    series = {
+        label: [
+            (summary[label][k]["p50"], summary[label][k]["p90"]) if k in summary[label] else (None, None)
+            for k, _ in rows
+        ]
+        for label in labels
+    }
+    groups = ["1 (round trip)" if k == TRIVIAL else k for k, _ in rows]
+    if grouped_bar_svg(
+        args.svg,
+        groups,
+        series,
+        title="interrupt -> execute_reply (p50, whisker to p90)",
+        ylabel="seconds (log)",
+        never_at=args.cap * 1.5,
+    ):
+        print(f"wrote {args.svg}")
+    else:
+        log("matplotlib is not importable: no chart written")
 
 
 if __name__ == "__main__":

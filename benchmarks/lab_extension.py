@@ -42,7 +42,9 @@ HOLD = "sum(range(10**13))"  # one C call that holds the GIL for hours
 # Installed in the page: when Shift+Enter went down, and when each cell line first showed each phase.
 WATCH_PHASES = """() => {
     window.__ck = {runAt: null, phases: {}};
-    document.addEventListener('keydown', e => { if (e.key === 'Enter' && e.shiftKey) window.__ck.runAt = Date.now(); }, true);
+    document.addEventListener('keydown', e => {
+        if (e.key === 'Enter' && e.shiftKey) window.__ck.runAt = Date.now();
+    }, true);
     new MutationObserver(() => {
         for (const line of document.querySelectorAll('.ck-CellStatus[data-phase]')) {
             const phase = line.getAttribute('data-phase');
@@ -89,7 +91,9 @@ def not_answering_after(notebook: Notebook, code: str, hold_after: float) -> flo
     cell = notebook.run(code)
     page.wait_for_function("() => 'not-answering' in window.__ck.phases", timeout=ms(KERNEL_TIMEOUT), polling="raf")
     ck = page.evaluate("() => window.__ck")
-    assert cell.element.locator(".ck-CellStatus-budgets").inner_text().startswith("wall budget"), "no countdown on the held cell"
+    assert cell.element.locator(".ck-CellStatus-budgets").inner_text().startswith("wall budget"), (
+        "no countdown on the held cell"
+    )
     restart(notebook)
     return (ck["phases"]["not-answering"] - ck["runAt"]) / 1000 - hold_after
 
@@ -99,7 +103,9 @@ def measure(args: argparse.Namespace) -> dict:
 
     results: dict = {}
     with kernels_cleaned_up(), lab_server() as server, sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=shutil.which("chromium"), headless=True, args=["--no-sandbox"])
+        browser = playwright.chromium.launch(
+            executable_path=shutil.which("chromium"), headless=True, args=["--no-sandbox"]
+        )
         try:
             pages = {}
             frames = {}
@@ -113,7 +119,11 @@ def measure(args: argparse.Namespace) -> dict:
             grace = 1.0  # the kernel's interrupt_grace default; the page reads it from kernel_info
             first = [not_answering_after(ours, f"%%budget wall=60\n{HOLD}", 0.0) for _ in range(args.repeats)]
             later = [
-                not_answering_after(ours, f"%%budget wall=60\nimport time\nt = time.time()\nwhile time.time() - t < 3: pass\n{HOLD}", 3.0)
+                not_answering_after(
+                    ours,
+                    f"%%budget wall=60\nimport time\nt = time.time()\nwhile time.time() - t < 3: pass\n{HOLD}",
+                    3.0,
+                )
                 for _ in range(args.repeats)
             ]
             for label, samples in (("held from the first line", first), ("held after 3 s of Python", later)):
@@ -125,9 +135,12 @@ def measure(args: argparse.Namespace) -> dict:
             loop_seconds = 10.0
             before = frames["ours"].sent
             started = time.monotonic()
-            ours.run_done(f"import time\nt = time.time()\nwhile time.time() - t < {loop_seconds}: pass", timeout=KERNEL_TIMEOUT)
+            ours.run_done(
+                f"import time\nt = time.time()\nwhile time.time() - t < {loop_seconds}: pass", timeout=KERNEL_TIMEOUT
+            )
             took = time.monotonic() - started
-            results["frames per second while a cell runs"] = round((frames["ours"].sent - before - 1) / took, 2)  # -1: the execute_request
+            # -1: the execute_request
+            results["frames per second while a cell runs"] = round((frames["ours"].sent - before - 1) / took, 2)
 
             # Idle, both pages open.
             pids = {label: kernel_pid(notebook.kernel_id()) for label, notebook in pages.items()}
@@ -163,7 +176,10 @@ def main() -> int:
         if isinstance(value, dict) and "p50" in value:
             print(f"{key}: p50 {value['p50']:.3f} s, max {value['max']:.3f} s (goal <= {value['goal']:.1f} s)")
         elif isinstance(value, dict):
-            print(f"{key}: {value['cpu_seconds']:.2f} CPU s over {value['window']} s ({value['percent']:.2f} %), {value['frames_sent']} frames sent")
+            print(
+                f"{key}: {value['cpu_seconds']:.2f} CPU s over {value['window']} s ({value['percent']:.2f} %), "
+                f"{value['frames_sent']} frames sent"
+            )
         else:
             print(f"{key}: {value}")
     if args.json:

@@ -1,4 +1,5 @@
-"""Memory runaways: how far past its budget a growing cell is stopped, the guard against a real limit, stock side by side.
+"""Memory runaways: how far past its budget a growing cell is stopped,
+the guard against a real limit, stock side by side.
 
     python benchmarks/memory.py [--rates 0.1,0.5,1,2,5] [--json PATH]   (root: it makes memory cgroups)
 
@@ -24,13 +25,13 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import Kernel, environment, kernels_cleaned_up, markdown_table, wait_reply, write_json  # noqa: E402
+from _common import Kernel, environment, kernels_cleaned_up, markdown_table, wait_reply, write_json
 
-from cancelkernel import protocol  # noqa: E402
-from cancelkernel.runtime.execution import Execution  # noqa: E402
-from cancelkernel.runtime.memory_guard import GuardSettings, MemoryGuard  # noqa: E402
-from cancelkernel.testing import private_kernelspecs  # noqa: E402
-from cancelkernel.testing.cgroups import memory_cgroup  # noqa: E402
+from cancelkernel import protocol
+from cancelkernel.runtime.execution import Execution
+from cancelkernel.runtime.memory_guard import GuardSettings, MemoryGuard
+from cancelkernel.testing import private_kernelspecs
+from cancelkernel.testing.cgroups import memory_cgroup
 
 GiB, MiB = 2**30, 2**20
 BUDGET = 500 * MiB
@@ -63,11 +64,14 @@ def budget_run(mode: str, rate: float) -> dict:
         kernel = Kernel(mode).start()
         try:
             cgroup.add(kernel.km.provisioner.pid)
-            reply = wait_reply(kernel.kc, kernel.kc.execute(f"%%budget memory={BUDGET}\n" + grow_code(rate)), timeout=300)
+            reply = wait_reply(
+                kernel.kc, kernel.kc.execute(f"%%budget memory={BUDGET}\n" + grow_code(rate)), timeout=300
+            )
             memory = reply["metadata"][protocol.KEY].get("memory") or {}
             past = (memory["at_trip"] - memory["start"] - BUDGET) / 1e6 if memory else None
+            stopped = reply["metadata"][protocol.KEY].get("reason") == protocol.REASON_MEMORY_BUDGET
             return {"mode": mode, "rate": rate, "reached": reached_rate(kernel.kc), "past_budget_mb": past,
-                    "stopped": reply["metadata"][protocol.KEY].get("reason") == protocol.REASON_MEMORY_BUDGET}  # fmt: skip
+                    "stopped": stopped}  # fmt: skip
         finally:
             kernel.shutdown()
 
@@ -83,7 +87,7 @@ def guard_run(kernel_name: str, rate: float) -> dict:
                 try:
                     reply = wait_reply(kernel.kc, msg_id, timeout=0.2)
                     break
-                except Exception:  # noqa: BLE001 - no reply yet (TimeoutError / queue.Empty)
+                except TimeoutError:  # no reply yet
                     continue
             else:
                 return {"kernel": kernel_name, "rate": rate, "killed": True, "oom_kills": cgroup.oom_kills(),
@@ -91,7 +95,8 @@ def guard_run(kernel_name: str, rate: float) -> dict:
             memory = reply["metadata"].get(protocol.KEY, {}).get("memory") or {}
             return {"kernel": kernel_name, "rate": rate, "killed": False, "oom_kills": cgroup.oom_kills(),
                     "reached": reached_rate(kernel.kc), "at_trip_mb": (memory.get("at_trip") or 0) / 1e6,
-                    "below_limit_mb": (GiB - (memory.get("at_trip") or 0)) / 1e6, "after_s": round(time.monotonic() - started, 2)}  # fmt: skip
+                    "below_limit_mb": (GiB - (memory.get("at_trip") or 0)) / 1e6,
+                    "after_s": round(time.monotonic() - started, 2)}  # fmt: skip
         finally:
             kernel.shutdown()
 
@@ -102,9 +107,14 @@ def sample_cost(repeat: int = 5000) -> dict:
     with memory_cgroup(4 * GiB) as cgroup:
         cgroup.add(os.getpid())
         try:
-            for case, start, margin in (("cell not growing", None, 0), ("cell grew", 0, 0), ("near the guard", 0, 4 * GiB)):
-                guard = MemoryGuard(GuardSettings(enabled=True, margin=margin, data_limit=False))  # no rlimit on this process
-                execution = Execution(msg_id="m", gen=1, code="", thread_id=0)
+            for case, start, margin in (
+                ("cell not growing", None, 0),
+                ("cell grew", 0, 0),
+                ("near the guard", 0, 4 * GiB),
+            ):
+                # No rlimit on this process
+                guard = MemoryGuard(GuardSettings(enabled=True, margin=margin, data_limit=False))
+                execution = Execution(msg_id="m", generation=1, code="", thread_id=0)
                 guard.begin(execution)
                 if start is not None:
                     execution.memory.resident_start = start  # as if the cell had grown the kernel from nothing
@@ -115,7 +125,10 @@ def sample_cost(repeat: int = 5000) -> dict:
         finally:
             with open(os.path.join(cgroup.parent, "cgroup.procs"), "w") as f:
                 f.write(str(os.getpid()))
-    return {"sample_us": costs, "worst_share_of_a_core_while_a_cell_runs": round(max(costs.values()) / 1e6 / 0.02 * 100, 3)}
+    return {
+        "sample_us": costs,
+        "worst_share_of_a_core_while_a_cell_runs": round(max(costs.values()) / 1e6 / 0.02 * 100, 3),
+    }
 
 
 def main() -> int:
@@ -138,7 +151,8 @@ def main() -> int:
     print("\nPer-cell budget of 500 MiB (4 GiB cgroup): MB past the budget at the trip")
     print(markdown_table(
         ["target GB/s", "reached (main)", "main", "reached (worker)", "worker"],
-        [[f"{rate:g}", *[x for r in results["budget"] if r["rate"] == rate for x in (fmt(r["reached"], ".2f"), fmt(r["past_budget_mb"]))]]
+        [[f"{rate:g}", *[x for r in results["budget"] if r["rate"] == rate
+                         for x in (fmt(r["reached"], ".2f"), fmt(r["past_budget_mb"]))]]
          for rate in rates],
     ))  # fmt: skip
     print("\nNo budget, 1 GiB cgroup: ours (the guard) and stock ipykernel")
@@ -148,12 +162,14 @@ def main() -> int:
         stock = next(r for r in results["guard"] if r["rate"] == rate and r["kernel"] == "python3")
         rows.append([
             f"{rate:g}", fmt(ours.get("reached"), ".2f"),
-            "killed" if ours["killed"] else f"stopped at {ours['at_trip_mb']:.0f} MB ({ours['below_limit_mb']:.0f} MB below)",
+            "killed" if ours["killed"]
+            else f"stopped at {ours['at_trip_mb']:.0f} MB ({ours['below_limit_mb']:.0f} MB below)",
             f"killed after {stock['after_s']:.1f} s" if stock["killed"] else "not killed",
         ])  # fmt: skip
     print(markdown_table(["target GB/s", "reached", "cancelkernel", "stock ipykernel"], rows))
     cost = results["cost"]
-    print(f"\nOne memory sample (CPU us): {cost['sample_us']}; at worst {cost['worst_share_of_a_core_while_a_cell_runs']} % of a core "
+    print(f"\nOne memory sample (CPU us): {cost['sample_us']}; "
+          f"at worst {cost['worst_share_of_a_core_while_a_cell_runs']} % of a core "
           "while a cell runs (a sample every 20 ms); nothing while idle.")  # fmt: skip
     if args.json:
         write_json(args.json, results)

@@ -140,13 +140,15 @@ def measure_overhead(bench, montecarlo, n: int, repeats: int) -> list[dict]:
     for loop, variant, _, _ in pairs:
         median = statistics.median(samples[(loop, variant)])
         base = statistics.median(samples[(loop, "no check")])
-        rows.append({
-            "loop": loop,
-            "variant": variant,
-            "ns_per_iteration": median,
-            "overhead_percent": 100.0 * (median - base) / base,
-            "samples": samples[(loop, variant)],
-        })
+        rows.append(
+            {
+                "loop": loop,
+                "variant": variant,
+                "ns_per_iteration": median,
+                "overhead_percent": 100.0 * (median - base) / base,
+                "samples": samples[(loop, variant)],
+            }
+        )
     return rows
 
 
@@ -228,7 +230,8 @@ def measure_kernel(example_dir: str, modes: list[str], runs: int, workdir: str) 
             kernel = Kernel(name, label=mode, extra_arguments=[f"--CancelKernel.exec_thread={mode}"])
             kernel.start()
             try:
-                assert kernel.kc is not None and kernel.km is not None
+                assert kernel.kc is not None
+                assert kernel.km is not None
                 setup = f"import sys; sys.path.insert(0, {example_dir!r}); import montecarlo; x = 41"
                 reply = wait_reply(kernel.kc, kernel.kc.execute(setup), 30)
                 assert reply["content"]["status"] == "ok", reply["content"]
@@ -279,10 +282,13 @@ def main(argv: list[str] | None = None) -> int:
         bench_pyx = os.path.join(workdir, "ck_bench.pyx")
         with open(bench_pyx, "w") as f:
             f.write(BENCH_SOURCE)
-        build_extensions(workdir, {
-            "ck_bench": bench_pyx,
-            "montecarlo": os.path.join(ROOT, "examples", "native", "montecarlo.pyx"),
-        })
+        build_extensions(
+            workdir,
+            {
+                "ck_bench": bench_pyx,
+                "montecarlo": os.path.join(ROOT, "examples", "native", "montecarlo.pyx"),
+            },
+        )
         sys.path.insert(0, workdir)
         import ck_bench
         import montecarlo
@@ -292,38 +298,64 @@ def main(argv: list[str] | None = None) -> int:
         kernel = [] if args.no_kernel else measure_kernel(workdir, args.modes.split(","), args.runs, workdir)
 
     print("\n## Cost of a cancel point per iteration (median of interleaved runs)\n")
-    print(markdown_table(
-        ["loop", "variant", "ns / iteration", "overhead", f"goal <= {OVERHEAD_GOAL:g} %"],
-        [[r["loop"], r["variant"], f"{r['ns_per_iteration']:.3f}", f"{r['overhead_percent']:+.1f} %",
-          "" if r["variant"] == "no check" else ("ok" if r["overhead_percent"] <= OVERHEAD_GOAL else "MISSED")]
-         for r in overhead],
-        ["l", "l", "r", "r", "l"],
-    ))
+    print(
+        markdown_table(
+            ["loop", "variant", "ns / iteration", "overhead", f"goal <= {OVERHEAD_GOAL:g} %"],
+            [
+                [
+                    r["loop"],
+                    r["variant"],
+                    f"{r['ns_per_iteration']:.3f}",
+                    f"{r['overhead_percent']:+.1f} %",
+                    ""
+                    if r["variant"] == "no check"
+                    else ("ok" if r["overhead_percent"] <= OVERHEAD_GOAL else "MISSED"),
+                ]
+                for r in overhead
+            ],
+            ["l", "l", "r", "r", "l"],
+        )
+    )
     print("\n## Flag set -> loop reacts (one process, nogil loop on a thread)\n")
     rows = []
     for key, what in (("noticed_ns", "loop sees the flag"), ("raised_ns", "KeyboardInterrupt caught in Python")):
         values = flag_latency[key]
-        rows.append([what, f"{percentile(values, 50) / 1e3:.1f} µs", f"{percentile(values, 90) / 1e3:.1f} µs", str(len(values))])
+        rows.append(
+            [what, f"{percentile(values, 50) / 1e3:.1f} µs", f"{percentile(values, 90) / 1e3:.1f} µs", str(len(values))]
+        )
     print(markdown_table(["from cancel()", "p50", "p90", "runs"], rows))
     if kernel:
         print("\n## Interrupt -> execute_reply through a real kernel\n")
-        print(markdown_table(
-            ["mode", "cell", "p50", "p90", "max", f"goal p50 <= {LATENCY_GOAL * 1e3:g} ms"],
-            [[r["mode"], r["case"], fmt_seconds(percentile(r["seconds"], 50)), fmt_seconds(percentile(r["seconds"], 90)),
-              fmt_seconds(max(r["seconds"])), "ok" if percentile(r["seconds"], 50) <= LATENCY_GOAL else "MISSED"]
-             for r in kernel],
-            ["l", "l", "r", "r", "r", "l"],
-        ))
+        print(
+            markdown_table(
+                ["mode", "cell", "p50", "p90", "max", f"goal p50 <= {LATENCY_GOAL * 1e3:g} ms"],
+                [
+                    [
+                        r["mode"],
+                        r["case"],
+                        fmt_seconds(percentile(r["seconds"], 50)),
+                        fmt_seconds(percentile(r["seconds"], 90)),
+                        fmt_seconds(max(r["seconds"])),
+                        "ok" if percentile(r["seconds"], 50) <= LATENCY_GOAL else "MISSED",
+                    ]
+                    for r in kernel
+                ],
+                ["l", "l", "r", "r", "r", "l"],
+            )
+        )
     if args.json:
-        write_json(args.json, {
-            "environment": environment(),
-            "iterations": args.iterations,
-            "repeats": args.repeats,
-            "overhead": overhead,
-            "flag_latency": flag_latency,
-            "kernel": kernel,
-            "goals": {"overhead_percent": OVERHEAD_GOAL, "latency_p50_seconds": LATENCY_GOAL},
-        })
+        write_json(
+            args.json,
+            {
+                "environment": environment(),
+                "iterations": args.iterations,
+                "repeats": args.repeats,
+                "overhead": overhead,
+                "flag_latency": flag_latency,
+                "kernel": kernel,
+                "goals": {"overhead_percent": OVERHEAD_GOAL, "latency_p50_seconds": LATENCY_GOAL},
+            },
+        )
         print(f"\nwrote {args.json}")
     return 0
 

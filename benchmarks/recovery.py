@@ -33,9 +33,10 @@ from dataclasses import dataclass
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import environment, fmt_seconds, markdown_table, percentile, write_json  # noqa: E402
+from _common import environment, fmt_seconds, markdown_table, percentile, write_json
 
-from cancelkernel.agent import AgentKernel  # noqa: E402
+from cancelkernel.agent import AgentKernel
+from cancelkernel.testing import spare_pid
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,12 @@ CASES = [
     Case("loop", "while True:\n    pass", "wall_budget", "interrupted"),
     Case("silent", "import time\nwhile True:\n    time.sleep(0.05)", "quiet_budget", "interrupted"),
     Case("wedged", "sum(range(10**12))", "wall_budget", "restarted"),
-    Case("swallowed", "import time\nwhile True:\n    try:\n        time.sleep(0.01)\n    except BaseException:\n        pass", "wall_budget", "restarted"),
+    Case(
+        "swallowed",
+        "import time\nwhile True:\n    try:\n        time.sleep(0.01)\n    except BaseException:\n        pass",
+        "wall_budget",
+        "restarted",
+    ),
     Case("died", "import os\nos._exit(1)", "", "died"),
 ]
 
@@ -61,13 +67,6 @@ KERNELS = {
     "stock+spare": ("python3", True, "stock ipykernel, spare"),
     "stock": ("python3", False, "stock ipykernel, no spare"),
 }
-
-
-def _wait_for_spare(ak: AgentKernel, timeout: float = 30.0) -> None:
-    spare = getattr(ak.link.lifecycle, "spare", None)
-    deadline = time.monotonic() + timeout
-    while spare is not None and not spare.ready and time.monotonic() < deadline:
-        time.sleep(0.05)
 
 
 # The state the namespace holds: memory a restore must fill (bytearray) or can map copy-on-write (numpy array).
@@ -83,7 +82,7 @@ def sample(ak: AgentKernel, case: Case, budget: float, state_mb: int, kind: str 
     assert setup.status == "ok", setup.summary()
     if ak.checkpoints.available:
         ak.save_checkpoint()
-    _wait_for_spare(ak)
+    spare_pid(ak, wait=30.0)  # the warm spare ready, if the agent keeps one
     time.sleep(0.3)  # the spare's prepare request (imports) done, as an agent's think time would allow
     kwargs = {case.budget: budget} if case.budget else {}
     sent = time.monotonic()
@@ -113,9 +112,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cases", default=",".join(c.name for c in CASES))
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--budget", type=float, default=1.0, help="the budget that trips, seconds (default: %(default)s)")
-    p.add_argument("--state-mb", default="0,100", help="comma list of MB of data in the namespace (default: %(default)s)")
-    p.add_argument("--state-kind", choices=sorted(STATE_KINDS), default="bytearray",
-                   help="what the state is: a bytearray (the restore fills new memory) or a numpy array (mapped copy-on-write) (default: %(default)s)")
+    p.add_argument(
+        "--state-mb", default="0,100", help="comma list of MB of data in the namespace (default: %(default)s)"
+    )
+    p.add_argument(
+        "--state-kind",
+        choices=sorted(STATE_KINDS),
+        default="bytearray",
+        help=(
+            "what the state is: a bytearray (the restore fills new memory) or a numpy array (mapped copy-on-write) "
+            "(default: %(default)s)"
+        ),
+    )
     p.add_argument("--json", default=None, metavar="FILE")
     args = p.parse_args(argv)
     kernels = [k.strip() for k in args.kernels.split(",") if k.strip()]
@@ -135,8 +143,11 @@ def main(argv: list[str] | None = None) -> int:
                         s.update(kernel=key, run=run)
                         samples.append(s)
                         rec = f"recovery {s['recovery']:.3f} s" if s["recovery"] is not None else "no restart"
-                        print(f"  run {run} {size:>5} MB {case.name:<9} {key:<11} {s['status']:<11} {s['state']:<8} "
-                              f"trip->result {s['trip_to_result']:.2f} s, {rec}", file=sys.stderr)
+                        print(
+                            f"  run {run} {size:>5} MB {case.name:<9} {key:<11} {s['status']:<11} {s['state']:<8} "
+                            f"trip->result {s['trip_to_result']:.2f} s, {rec}",
+                            file=sys.stderr,
+                        )
     finally:
         for ak in agents.values():
             ak.close()
@@ -144,12 +155,17 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(breakdown(samples, kernels, sizes))
     for size, goal in ((100, 0.25), (1024, 1.0)):
-        mine = [s for s in samples if s["kernel"] == "ours+spare" and s["state_mb"] == size and s["recovery"] is not None]
+        mine = [
+            s for s in samples if s["kernel"] == "ours+spare" and s["state_mb"] == size and s["recovery"] is not None
+        ]
         if mine:
             worst = max(s["recovery"] for s in mine)
             ok = all(s["state"] == "restored" for s in mine) and percentile([s["recovery"] for s in mine], 50) <= goal
-            print(f"\ngoal (ours with the spare, {size} MB): restarted+restored <= {goal:g} s p50: "
-                  f"{'MET' if ok else 'NOT MET'} (p50 {percentile([s['recovery'] for s in mine], 50):.3f} s, max {worst:.3f} s)")
+            print(
+                f"\ngoal (ours with the spare, {size} MB): restarted+restored <= {goal:g} s p50: "
+                f"{'MET' if ok else 'NOT MET'} (p50 {percentile([s['recovery'] for s in mine], 50):.3f} s, "
+                f"max {worst:.3f} s)"
+            )
     if args.json:
         write_json(args.json, {"environment": environment(), "args": vars(args), "samples": samples})
     return 0
@@ -165,11 +181,20 @@ def table(samples: list[dict], kernels: list[str], cases: list[Case], sizes: lis
                     continue
                 statuses = sorted({f"{s['status']}/{s['state']}" for s in mine})
                 recovery = [s["recovery"] for s in mine if s["recovery"] is not None]
-                rows.append([f"{size} MB", case.name, KERNELS[key][2], ", ".join(statuses),
-                             fmt_seconds(percentile(recovery, 50)) if recovery else "-",
-                             fmt_seconds(percentile([s["trip_to_result"] for s in mine], 50)),
-                             f"{sum(s['state_back'] for s in mine)}/{len(mine)}"])
-    return markdown_table(["state", "case", "kernel", "status/state", "p50 recovery", "p50 trip->result", "state back"], rows)
+                rows.append(
+                    [
+                        f"{size} MB",
+                        case.name,
+                        KERNELS[key][2],
+                        ", ".join(statuses),
+                        fmt_seconds(percentile(recovery, 50)) if recovery else "-",
+                        fmt_seconds(percentile([s["trip_to_result"] for s in mine], 50)),
+                        f"{sum(s['state_back'] for s in mine)}/{len(mine)}",
+                    ]
+                )
+    return markdown_table(
+        ["state", "case", "kernel", "status/state", "p50 recovery", "p50 trip->result", "state back"], rows
+    )
 
 
 def breakdown(samples: list[dict], kernels: list[str], sizes: list[int]) -> str:
@@ -182,8 +207,12 @@ def breakdown(samples: list[dict], kernels: list[str], sizes: list[int]) -> str:
             if not mine:
                 continue
             cells = [fmt_seconds(percentile([t[k] for t in mine if t.get(k) is not None], 50)) for k in steps]
-            rows.append([f"{size} MB", KERNELS[key][2], *cells, f"{sum(bool(t.get('spare')) for t in mine)}/{len(mine)}"])
-    return markdown_table(["state", "kernel", "stack taken", "old kernel gone", "new kernel ready", "restored", "spare used"], rows)
+            rows.append(
+                [f"{size} MB", KERNELS[key][2], *cells, f"{sum(bool(t.get('spare')) for t in mine)}/{len(mine)}"]
+            )
+    return markdown_table(
+        ["state", "kernel", "stack taken", "old kernel gone", "new kernel ready", "restored", "spare used"], rows
+    )
 
 
 if __name__ == "__main__":

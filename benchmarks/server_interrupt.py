@@ -61,7 +61,9 @@ def one(server, kernel_id, kc, code: str, example_dir: str):
 
 
 def setup(kc, example_dir: str) -> None:
-    assert execute(kc, f"import sys; sys.path.insert(0, {example_dir!r})\nimport montecarlo")["content"]["status"] == "ok"
+    assert (
+        execute(kc, f"import sys; sys.path.insert(0, {example_dir!r})\nimport montecarlo")["content"]["status"] == "ok"
+    )
 
 
 def main() -> int:
@@ -90,12 +92,19 @@ def main() -> int:
     rows = []
     for label, _ in CASES:
         row = [label]
-        for interrupt_mode, mode in (("message", "main"), ("signal", "main"), ("message", "worker"), ("signal", "worker")):
+        for interrupt_mode, mode in (
+            ("message", "main"),
+            ("signal", "main"),
+            ("message", "worker"),
+            ("signal", "worker"),
+        ):
             row.append(fmt_seconds(percentile(samples[(interrupt_mode, mode, label)], 50)))
         rows.append(row)
     print(markdown_table(headers, rows))
-    write_json(args.json, {"environment": environment(), "runs": args.runs,
-                           "samples": {"|".join(k): v for k, v in samples.items()}})
+    write_json(
+        args.json,
+        {"environment": environment(), "runs": args.runs, "samples": {"|".join(k): v for k, v in samples.items()}},
+    )
     return 0
 
 

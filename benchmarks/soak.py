@@ -23,9 +23,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import environment, markdown_table, write_json  # noqa: E402
+from _common import environment, markdown_table, write_json
 
-from cancelkernel.testing import Kernel, control_request, kernels_cleaned_up, private_kernelspecs, wait_reply  # noqa: E402
+from cancelkernel.testing import Kernel, control_request, kernels_cleaned_up, private_kernelspecs, wait_reply
 
 
 def sample(pid: int) -> dict[str, int]:
@@ -44,10 +44,15 @@ def soak(mode: str, cells: int, seed: int) -> dict:
     if stock:
         kernel = Kernel("python3", label=mode)
     else:
-        kernel = Kernel("cancelkernel", label=mode, extra_arguments=[f"--CancelKernel.exec_thread={mode}", "--CancelKernel.interrupt_grace=0.2"])
+        kernel = Kernel(
+            "cancelkernel",
+            label=mode,
+            extra_arguments=[f"--CancelKernel.exec_thread={mode}", "--CancelKernel.interrupt_grace=0.2"],
+        )
     kernel.start()
     kc = kernel.kc
-    assert kc is not None and kernel.pid is not None
+    assert kc is not None
+    assert kernel.pid is not None
     subshell = control_request(kc, "create_subshell_request")["content"]["subshell_id"]
     wait_reply(kc, kc.execute("import threading, time\nn = 0"))
     samples, ended, interrupted = [sample(kernel.pid)], [], 0
@@ -59,9 +64,25 @@ def soak(mode: str, cells: int, seed: int) -> dict:
         elif draw < 0.15:
             code = "time.sleep(0.05)"
         else:
-            code = rng.choice(["n += 1", "time.sleep(0.002)\nn += 1", "_t = time.perf_counter() + 0.002\nwhile time.perf_counter() < _t: pass", "print(n)"])
-        msg = kc.session.msg("execute_request", {"code": code, "silent": False, "store_history": False, "user_expressions": {},
-                                                "allow_stdin": False, "stop_on_error": False})
+            code = rng.choice(
+                [
+                    "n += 1",
+                    "time.sleep(0.002)\nn += 1",
+                    "_t = time.perf_counter() + 0.002\nwhile time.perf_counter() < _t: pass",
+                    "print(n)",
+                ]
+            )
+        msg = kc.session.msg(
+            "execute_request",
+            {
+                "code": code,
+                "silent": False,
+                "store_history": False,
+                "user_expressions": {},
+                "allow_stdin": False,
+                "stop_on_error": False,
+            },
+        )
         if rng.random() < 0.1:
             msg["header"]["subshell_id"] = subshell
         kc.shell_channel.send(msg)
@@ -87,7 +108,9 @@ def main() -> int:
     parser.add_argument("--cells", type=int, default=10_000)
     parser.add_argument("--mode", choices=["main", "worker", "both", "stock", "all"], default="both")
     parser.add_argument("--seed", type=int, default=20261201)
-    parser.add_argument("--json", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "soak.json"))
+    parser.add_argument(
+        "--json", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "soak.json")
+    )
     args = parser.parse_args()
     if args.cells < 1000:
         parser.error("--cells must be at least 1000 (one sample per 1,000 cells)")
@@ -101,11 +124,24 @@ def main() -> int:
     for r in results:
         first, last = r["samples"][1], r["samples"][-1]  # after the first 1,000 cells: everything is warm
         peak = {k: max(s[k] for s in r["samples"][1:]) for k in first}
-        rows.append([r["mode"], str(r["cells"]), str(r["interrupts"]), f"{r['seconds']} s",
-                     f"{first['threads']} -> {last['threads']} (max {peak['threads']})",
-                     f"{first['fds']} -> {last['fds']} (max {peak['fds']})",
-                     f"{first['rss_kb'] / 1024:.1f} -> {last['rss_kb'] / 1024:.1f} MB (max {peak['rss_kb'] / 1024:.1f})"])
-    print(markdown_table(["mode", "cells", "interrupts", "time", "threads", "open fds", "RSS"], rows, ["l", "r", "r", "r", "l", "l", "l"]))
+        rows.append(
+            [
+                r["mode"],
+                str(r["cells"]),
+                str(r["interrupts"]),
+                f"{r['seconds']} s",
+                f"{first['threads']} -> {last['threads']} (max {peak['threads']})",
+                f"{first['fds']} -> {last['fds']} (max {peak['fds']})",
+                f"{first['rss_kb'] / 1024:.1f} -> {last['rss_kb'] / 1024:.1f} MB (max {peak['rss_kb'] / 1024:.1f})",
+            ]
+        )
+    print(
+        markdown_table(
+            ["mode", "cells", "interrupts", "time", "threads", "open fds", "RSS"],
+            rows,
+            ["l", "r", "r", "r", "l", "l", "l"],
+        )
+    )
     write_json(args.json, {"environment": environment(), "results": results})
     return 0
 

@@ -14,6 +14,7 @@ stopped whatever happens.  Exit status: 1 if any run failed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import shutil
@@ -36,15 +37,14 @@ def start_hog(kind: str) -> list[subprocess.Popen]:
 
 def stop_hog(hogs: list[subprocess.Popen]) -> None:
     for hog in hogs:
-        try:
+        with contextlib.suppress(OSError):
             os.killpg(hog.pid, signal.SIGKILL)
-        except OSError:
-            pass
         hog.wait()
 
 
 def stop_run(run: subprocess.Popen) -> None:
-    """A pytest run we are leaving (this script was stopped): SIGTERM first, so it shuts its kernels down, then SIGKILL."""
+    """A pytest run we are leaving (this script was stopped):
+    SIGTERM first, so it shuts its kernels down, then SIGKILL."""
     if run.poll() is not None:
         return
     for signum, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
@@ -79,8 +79,8 @@ def run_pytest(python: str, args: list[str], label: str, log_dir: str) -> tuple[
     log = os.path.join(log_dir, f"{label}.log")
     started = time.monotonic()
     with open(log, "w") as out:
-        run = subprocess.Popen([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args], cwd=clone, stdout=out, stderr=subprocess.STDOUT,
-                               start_new_session=True)  # fmt: skip
+        run = subprocess.Popen([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args], cwd=clone, stdout=out,
+                               stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
         try:
             returncode = run.wait()
         finally:
@@ -89,7 +89,10 @@ def run_pytest(python: str, args: list[str], label: str, log_dir: str) -> tuple[
     with open(log) as f:
         text = f.read()
     failing = sorted(set(re.findall(r"^(?:FAILED|ERROR) (\S+)", text, re.MULTILINE)))
-    summary = next((line.strip("= ") for line in reversed(text.splitlines()) if re.search(r"\d+ (passed|failed)", line)), "no summary")
+    summary = next(
+        (line.strip("= ") for line in reversed(text.splitlines()) if re.search(r"\d+ (passed|failed)", line)),
+        "no summary",
+    )
     return returncode == 0, seconds, failing, summary
 
 
@@ -107,7 +110,9 @@ def main() -> int:
     log_dir = os.path.join(workdir, "logs")
     os.makedirs(log_dir)
     python = fresh_install(args.repo, workdir)
-    runs = [("suite", i, []) for i in range(1, args.suite + 1)] + [("storm", i, ["tests/integration/test_storm.py"]) for i in range(1, args.storm + 1)]
+    runs = [("suite", i, []) for i in range(1, args.suite + 1)] + [
+        ("storm", i, ["tests/integration/test_storm.py"]) for i in range(1, args.storm + 1)
+    ]
     hogs = start_hog(args.hog)
     failed: dict[str, int] = {"suite": 0, "storm": 0}
     try:
@@ -116,10 +121,17 @@ def main() -> int:
         for kind, i, extra in runs:
             ok, seconds, failing, summary = run_pytest(python, extra, f"{kind}-{i}", log_dir)
             failed[kind] += not ok
-            print(f"{kind} run {i}: {'ok' if ok else 'FAILED'} in {seconds:.0f} s ({summary})" + "".join(f"\n    {t}" for t in failing), flush=True)
+            print(
+                f"{kind} run {i}: {'ok' if ok else 'FAILED'} in {seconds:.0f} s ({summary})"
+                + "".join(f"\n    {t}" for t in failing),
+                flush=True,
+            )
     finally:
         stop_hog(hogs)
-    print(f"== under load: suite {args.suite - failed['suite']}/{args.suite} green, storm {args.storm - failed['storm']}/{args.storm} green")
+    print(
+        f"== under load: suite {args.suite - failed['suite']}/{args.suite} green, "
+        f"storm {args.storm - failed['storm']}/{args.storm} green"
+    )
     if not args.keep and not any(failed.values()):
         shutil.rmtree(workdir, ignore_errors=True)
     else:

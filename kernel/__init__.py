@@ -34,6 +34,7 @@ def _jupyter_labextension_paths() -> list[dict[str, str]]:
 
     return [{"src": "labextension", "dest": LAB_NAME}]
 
+
 # Public name -> the module that defines it.
 _PUBLIC = {
     "cancel_requested": "cancelkernel.native",

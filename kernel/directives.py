@@ -65,32 +65,42 @@ def parse_directive(line: str) -> CellDirectives:
     if name == "timeout":
         args = rest.split()
         if len(args) != 1:
-            raise BudgetError("usage: %%timeout SECONDS (e.g. %%timeout 5 or %%timeout 2m) as the first line of the cell")
+            raise BudgetError(
+                "usage: %%timeout SECONDS (e.g. %%timeout 5 or %%timeout 2m) as the first line of the cell"
+            )
         directives.timeout = _duration(args[0], "timeout", allow_zero=False)
         return directives
     for item in rest.split():
         key, sep, value = item.partition("=")
         if not sep or not value:
-            raise BudgetError(f"%%budget expects key=value pairs (wall=30 quiet=10 memory=2G checkpoint=before), got {item!r}")
-        if key == "wall":
-            directives.wall_budget = _duration(value, "wall")
-        elif key == "quiet":
-            directives.quiet_budget = _duration(value, "quiet")
-        elif key == "timeout":
-            directives.timeout = _duration(value, "timeout") or None
-        elif key == "memory":
-            directives.memory_budget = _size(value, "memory")
-        elif key == "checkpoint":
-            if value not in CHECKPOINT_WHEN:
-                raise BudgetError(f"checkpoint={value!r} is not known; use checkpoint=before")
-            directives.checkpoint = value
-        else:
-            raise BudgetError(f"%%budget does not know {key!r}; use wall=, quiet=, memory=, timeout= or checkpoint=")
+            raise BudgetError(
+                f"%%budget expects key=value pairs (wall=30 quiet=10 memory=2G checkpoint=before), got {item!r}"
+            )
+        _set_budget(directives, key, value)
     return directives
 
 
+def _set_budget(directives: CellDirectives, key: str, value: str) -> None:
+    """One `key=value` of a %%budget line into `directives`."""
+    if key == "wall":
+        directives.wall_budget = _duration(value, "wall")
+    elif key == "quiet":
+        directives.quiet_budget = _duration(value, "quiet")
+    elif key == "timeout":
+        directives.timeout = _duration(value, "timeout") or None
+    elif key == "memory":
+        directives.memory_budget = _size(value, "memory")
+    elif key == "checkpoint":
+        if value not in CHECKPOINT_WHEN:
+            raise BudgetError(f"checkpoint={value!r} is not known; use checkpoint=before")
+        directives.checkpoint = value
+    else:
+        raise BudgetError(f"%%budget does not know {key!r}; use wall=, quiet=, memory=, timeout= or checkpoint=")
+
+
 def from_metadata(metadata: object) -> CellDirectives:
-    """Budgets from execute_request metadata["cancelkernel"] (wall_budget, quiet_budget, memory_budget, timeout, checkpoint)."""
+    """Budgets from execute_request metadata["cancelkernel"] (wall_budget, quiet_budget, memory_budget,
+    timeout, checkpoint)."""
     directives = CellDirectives()
     if metadata is None:
         return directives
@@ -105,7 +115,7 @@ def from_metadata(metadata: object) -> CellDirectives:
     checkpoint = metadata.get("checkpoint")
     if checkpoint is not None:
         if checkpoint not in CHECKPOINT_WHEN:
-            raise BudgetError(f"metadata.cancelkernel.checkpoint={checkpoint!r} is not known; use \"before\"")
+            raise BudgetError(f'metadata.cancelkernel.checkpoint={checkpoint!r} is not known; use "before"')
         directives.checkpoint = checkpoint
     return directives
 
@@ -121,12 +131,19 @@ def merge(*layers: CellDirectives) -> CellDirectives:
     return out
 
 
+def for_cell(code: str, metadata: object, defaults: CellDirectives) -> CellDirectives:
+    """What a cell asks for: the kernel's `defaults` < its request's `metadata`
+    (metadata["cancelkernel"]) < a first-line directive."""
+    line = first_directive_line(code)
+    return merge(defaults, from_metadata(metadata), parse_directive(line) if line else CellDirectives())
+
+
 def strip_directive(lines: list[str]) -> list[str]:
     """IPython input transformer: blank a leading directive line (the kernel already read it)."""
     for i, line in enumerate(lines):
         if not line.strip():
             continue
         if first_directive_line(line) is not None:
-            return lines[:i] + ["\n"] + lines[i + 1 :]  # keep line numbers of the rest
+            return [*lines[:i], "\n", *lines[i + 1 :]]  # keep line numbers of the rest
         return lines
     return lines

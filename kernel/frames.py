@@ -37,7 +37,9 @@ _PLUMBING = re.compile(
     r"[/\\](ipykernel|IPython|tornado|zmq|jupyter_client|jupyter_core|traitlets|comm|debugpy|cancelkernel)[/\\]"
 )
 _CELL_FILE = re.compile(r"(ipykernel_\d+[/\\]\d+\.py$|^<ipython-input-|^<cell|^<checkpoint )")
-_LIBRARY_DIR = re.compile(r"[/\\](site-packages|dist-packages)[/\\]|[/\\]lib[/\\]python\d+(\.\d+)?t?[/\\]|[/\\]Lib[/\\]")
+_LIBRARY_DIR = re.compile(
+    r"[/\\](site-packages|dist-packages)[/\\]|[/\\]lib[/\\]python\d+(\.\d+)?t?[/\\]|[/\\]Lib[/\\]"
+)
 _STDLIB = tuple({os.path.abspath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "platstdlib")})
 
 
@@ -121,7 +123,11 @@ def user_stack(locations: Iterable[Location], label_of: LabelOf | None = None) -
     """
     kept = [location for location in locations if not is_machinery(location[0])]
     first_cell = next(
-        (i for i, (filename, _, _) in enumerate(kept) if is_cell_file(filename) or (label_of is not None and label_of(filename))),
+        (
+            i
+            for i, (filename, _, _) in enumerate(kept)
+            if is_cell_file(filename) or (label_of is not None and label_of(filename))
+        ),
         0,
     )
     return [Frame.at(location, label_of) for location in kept[first_cell:][-MAX_FRAMES:]]
@@ -157,7 +163,11 @@ def format_frames(frames: list[Frame], *, color: bool = False) -> list[str]:
     green, cyan, bold, reset = ("\x1b[32m", "\x1b[36m", "\x1b[1m", "\x1b[0m") if color else ("",) * 4
     blocks = []
     for frame in frames:
-        where = f"{frame.label}, line {frame.lineno}" if frame.label != frame.filename else f"File {frame.filename}:{frame.lineno}"
+        where = (
+            f"{frame.label}, line {frame.lineno}"
+            if frame.label != frame.filename
+            else f"File {frame.filename}:{frame.lineno}"
+        )
         mark = f"  {bold}<-- stopped here{reset}" if frame is mark_at and frame.user else ""
         text = f"{green}{where}{reset}, in {cyan}{frame.name}{reset}{mark}"
         if frame.line:
@@ -189,7 +199,9 @@ def fill_cell_source(frames: list[Frame], source: str | None, label: str = "cell
 
 # -- faulthandler dumps ----------------------------------------------------------------
 
-_FH_THREAD = re.compile(r'^(Current thread|Thread) (0x[0-9a-fA-F]+)(?: \[(.*?)\]| "([^"]*)")? \(most recent call first\):\s*$')
+_FH_THREAD = re.compile(
+    r'^(Current thread|Thread) (0x[0-9a-fA-F]+)(?: \[(.*?)\]| "([^"]*)")? \(most recent call first\):\s*$'
+)
 _FH_STACK = re.compile(r"^Stack \(most recent call first\):\s*$")
 _FH_FRAME = re.compile(r'^\s+File "(.*)", line (\d+) in (.*)$')
 
@@ -215,12 +227,15 @@ def parse_faulthandler(text: str) -> list[DumpedThread]:
         head = _FH_THREAD.match(raw)
         if head or _FH_STACK.match(raw):
             name = (head.group(3) or head.group(4) or "") if head else ""
-            current = DumpedThread(int(head.group(2), 16) if head else 0, name, head is None or head.group(1) == "Current thread", [])
+            current = DumpedThread(
+                int(head.group(2), 16) if head else 0, name, head is None or head.group(1) == "Current thread", []
+            )
             threads.append(current)
             continue
         frame = _FH_FRAME.match(raw)
         if frame and current is not None:
-            current.locations.insert(0, (frame.group(1), int(frame.group(2)), frame.group(3)))  # faulthandler writes the newest first
+            # faulthandler writes the newest first
+            current.locations.insert(0, (frame.group(1), int(frame.group(2)), frame.group(3)))
         elif not raw.strip():
             current = None
     return threads

@@ -1,4 +1,5 @@
-"""The files a kernel keeps beside its connection file: one naming rule, for the kernel and for whoever looks for them."""
+"""The files a kernel keeps beside its connection file: one naming rule,
+for the kernel and for whoever looks for them."""
 
 from __future__ import annotations
 

@@ -91,8 +91,13 @@ def death_of(record: dict) -> dict:
 
 
 def death_message(record: dict, cause: str) -> str:
-    """'was killed by the out-of-memory killer (last seen at 0.98 of 1 GiB) while running Cell In[7], line 3 (l.append(x)), 2.1 s into it'."""
-    what = "was killed by the out-of-memory killer" if cause == CAUSE_OOM else "died, cause unknown (no OOM kill was counted)"
+    """'was killed by the out-of-memory killer (last seen at 0.98 of 1 GiB) while running Cell In[7], line 3
+    (l.append(x)), 2.1 s into it'."""
+    what = (
+        "was killed by the out-of-memory killer"
+        if cause == CAUSE_OOM
+        else "died, cause unknown (no OOM kill was counted)"
+    )
     charged, limit = record.get("charged"), record.get("limit")
     if isinstance(charged, int) and isinstance(limit, int) and limit:
         what += f" (last seen at {charged / limit:.2f} of {format_size(limit)})"
@@ -103,7 +108,8 @@ def death_message(record: dict, cause: str) -> str:
 
 
 def previous_kernel(path: str) -> dict | None:
-    """At a kernel's start: the death of the kernel that left `path` behind (None: it ended its cells, or still runs)."""
+    """At a kernel's start: the death of the kernel that left `path` behind (None:
+    it ended its cells, or still runs)."""
     record = read(path)
     if record is None or record.get("pid") == os.getpid() or not process_gone(record.get("pid")):
         return None

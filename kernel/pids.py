@@ -1,4 +1,5 @@
-"""Whether a process runs on this host: the one reading, for the kernel (a predecessor's record) and the agent client."""
+"""Whether a process runs on this host: the one reading, for the kernel
+(a predecessor's record) and the agent client."""
 
 from __future__ import annotations
 

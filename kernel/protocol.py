@@ -25,6 +25,11 @@ INTERRUPT_MODES: tuple[InterruptMode, ...] = t.get_args(InterruptMode)
 # The agent client's automatic checkpoints (AgentKernel(checkpoint=...), `--checkpoint`).
 CheckpointMode = t.Literal["off", "before-risky", "after-ok"]
 CHECKPOINT_MODES: tuple[CheckpointMode, ...] = t.get_args(CheckpointMode)
+# The environment variable that names a kernel's checkpoint root (CheckpointSettings.root; docs/checkpoints.md).
+CHECKPOINT_ROOT_ENV = "CANCELKERNEL_CHECKPOINT_ROOT"
+# Enterprise Gateway's name of a kernel in that kernel's environment, the same across its restarts (the key of its
+# checkpoint directory under the root).
+KERNEL_ID_ENV = "KERNEL_ID"
 
 # Key in kernel_info_reply content, kernelspec metadata, execute_request and execute_reply metadata.
 KEY = "cancelkernel"
@@ -68,7 +73,13 @@ FEATURES = (
     FEATURE_CHECKPOINT,
 )
 
-# -- execution states (cancel_status_reply) -------------------------------------------
+# -- kernel_info_reply `execution_state` (top level, the JEP pre-proposal #132): the main shell's status --
+
+KERNEL_EXECUTION_STATE = "execution_state"
+KERNEL_BUSY = "busy"
+KERNEL_IDLE = "idle"
+
+# -- execution states (cancel_status_reply, kernel_info_reply cancelkernel.executions) --
 
 STATE_IDLE = "idle"
 STATE_RUNNING = "running"
@@ -86,7 +97,8 @@ REASON_DEADLINE = "deadline"
 REASON_SHUTDOWN = "shutdown"
 
 CANCEL_REASONS = (
-    REASON_REQUEST, REASON_SIGNAL, REASON_WALL_BUDGET, REASON_QUIET_BUDGET, REASON_MEMORY_BUDGET, REASON_DEADLINE, REASON_SHUTDOWN,
+    REASON_REQUEST, REASON_SIGNAL, REASON_WALL_BUDGET, REASON_QUIET_BUDGET, REASON_MEMORY_BUDGET, REASON_DEADLINE,
+    REASON_SHUTDOWN,
 )  # fmt: skip
 BUDGET_REASONS = (REASON_WALL_BUDGET, REASON_QUIET_BUDGET, REASON_MEMORY_BUDGET)
 # What tripped a memory budget (metadata.cancelkernel.memory.kind): the cell's own budget, or the kernel's guard.
@@ -110,7 +122,8 @@ EVENTS = (EVENT_INTERRUPT, EVENT_RUNAWAY, EVENT_UNRESPONSIVE, EVENT_ABANDONED, E
 # event itself in the message's `transient` (never saved into a notebook).  An interrupt is not
 # one of them: it is in the reply metadata and cancel_status only.
 SHOWN_EVENTS = (EVENT_RUNAWAY, EVENT_UNRESPONSIVE, EVENT_ABANDONED, EVENT_STACK, EVENT_MEMORY)
-# The note's text/html is one <div class=NOTE_CLASS>: how a reader of a saved notebook tells a note from the cell's output.
+# The note's text/html is one <div class=NOTE_CLASS>: how a reader of a saved notebook tells a note
+# from the cell's output.
 NOTE_CLASS = "cancelkernel-note"
 # The display id of the `started` event's update_display_data: no display has it, so front ends show nothing.
 STARTED_DISPLAY_PREFIX = "cancelkernel-started-"
@@ -129,7 +142,8 @@ STACK_DUMP = "dump"
 # -- starting --------------------------------------------------------------------------
 
 # The exit code of a kernel whose connection file names a port another process took between the
-# launcher choosing it and the kernel binding it (jupyter_client picks free ports, then closes them): start it again with new ports.
+# launcher choosing it and the kernel binding it (jupyter_client picks free ports, then closes them):
+# start it again with new ports.
 EXIT_PORT_IN_USE = 75  # EX_TEMPFAIL
 
 # -- the agent client's results and log (docs/agent.md) --------------------------------

@@ -18,4 +18,14 @@ from .builder import private_spec_dir as private_spec_dir
 from .builder import uninstall as uninstall
 from .builder import write_spec as write_spec
 
-__all__ = ["DEFAULT_DISPLAY_NAME", "DEFAULT_NAME", "OUR_KERNELS", "InstallError", "install", "kernel_json", "private_spec_dir", "uninstall", "write_spec"]
+__all__ = [
+    "DEFAULT_DISPLAY_NAME",
+    "DEFAULT_NAME",
+    "OUR_KERNELS",
+    "InstallError",
+    "install",
+    "kernel_json",
+    "private_spec_dir",
+    "uninstall",
+    "write_spec",
+]

@@ -35,6 +35,7 @@ def kernel_json(
     extra_args: list[str] | None = None,
     python: str | None = None,
     interrupt_mode: str | None = None,
+    checkpoint_root: str | None = None,
 ) -> dict:
     """The kernel.json for `python` (default: this interpreter), with kernel options baked into argv."""
     template = json.loads(resources.files("cancelkernel.kernelspec").joinpath("kernel.json").read_text())
@@ -49,13 +50,16 @@ def kernel_json(
         except DurationError as exc:
             raise InstallError(str(exc)) from None
         argv.append(f"--CancelKernel.interrupt_grace={grace:g}")
+    if checkpoint_root is not None:
+        argv.append(f"--CheckpointSettings.root={checked_root(checkpoint_root)}")
     argv.extend(extra_args or [])
     spec = dict(template, argv=argv, display_name=display_name)
     if interrupt_mode is not None:
         if interrupt_mode not in INTERRUPT_MODES:
             raise InstallError(f"--interrupt-mode must be one of {', '.join(INTERRUPT_MODES)}, not {interrupt_mode!r}")
         spec["interrupt_mode"] = interrupt_mode
-    # What stock ipykernel's kernel.json says too: Jupyter Server shows kernel_protocol_version, clients read the metadata.
+    # What stock ipykernel's kernel.json says too: Jupyter Server shows kernel_protocol_version,
+    # clients read the metadata.
     spec["kernel_protocol_version"] = KERNEL_PROTOCOL_VERSION
     spec["metadata"] = {
         # The debugger needs user code on the main thread.
@@ -65,6 +69,16 @@ def kernel_json(
         "cancelkernel": {"protocol_version": PROTOCOL_VERSION, "exec_thread": exec_thread},
     }
     return spec
+
+
+def checked_root(root: str) -> str:
+    """A checkpoint root for a kernelspec: absolute, or under `~` (each user's home, expanded by the kernel)."""
+    if not root or not os.path.isabs(os.path.expanduser(root)):
+        raise InstallError(
+            f"--checkpoint-root must be an absolute path (or start with ~), not {root!r}: a kernel resolves a "
+            "relative one against its working directory, which is each notebook's"
+        )
+    return root
 
 
 def write_spec(directory: str, spec: dict) -> None:
@@ -102,12 +116,18 @@ def install(
     interrupt_grace: float | str | None = None,
     extra_args: list[str] | None = None,
     interrupt_mode: str | None = None,
+    checkpoint_root: str | None = None,
 ) -> str:
     """Write the kernelspec; return the directory it was installed to."""
     if not name or os.sep in name or (os.altsep and os.altsep in name) or name in (".", ".."):
         raise InstallError(f"kernel name {name!r} is not usable as a directory name; pick e.g. 'cancelkernel-worker'")
     spec = kernel_json(
-        display_name=display_name, exec_thread=exec_thread, interrupt_grace=interrupt_grace, extra_args=extra_args, interrupt_mode=interrupt_mode
+        display_name=display_name,
+        exec_thread=exec_thread,
+        interrupt_grace=interrupt_grace,
+        extra_args=extra_args,
+        interrupt_mode=interrupt_mode,
+        checkpoint_root=checkpoint_root,
     )
     with tempfile.TemporaryDirectory() as tmp:
         write_spec(tmp, spec)

@@ -9,27 +9,64 @@ from __future__ import annotations
 
 import logging
 import os
+import typing as t
+from types import ModuleType
+
+# The flag's Python API, its names written once: the compiled module (_flag.pyx), its stub (_flag.pyi) and the
+# fallback (_fallback.py) each define exactly these, with the same signatures (tests/unit/test_native_flag.py checks).
+API = (
+    "available",
+    "begin",
+    "end",
+    "cancel",
+    "uncancel",
+    "running_gen",
+    "cancel_requested",
+    "raise_if_cancelled",
+    "cancellable_sleep",
+    "flag_address",
+    "expect_sigint",
+    "take_sigint_arrival",
+    "install_sigint_handler",
+    "sigint_handler_installed",
+    "open_window",
+    "close_window",
+    "raise_in_window",
+    "start_gil_yield",
+    "yield_for_readable",
+    "gil_heartbeat",
+    "yield_requested",
+)
 
 _FORCE_FALLBACK = os.environ.get("CANCELKERNEL_NATIVE", "1").strip().lower() in {"0", "no", "false", "off"}
 
-import_error: str | None
-if _FORCE_FALLBACK:
-    from ._fallback import *  # noqa: F403
-    import_error = "forced by CANCELKERNEL_NATIVE=0"
-else:
-    try:
-        from ._flag import *  # noqa: F403
-        import_error = None
-    except ImportError as exc:  # no compiler at install time, or a broken build
-        from ._fallback import *  # noqa: F403
 
-        import_error = str(exc)
+def _implementation() -> tuple[ModuleType, str | None]:
+    """The module that provides the API, and why it is not the compiled one (None: it is)."""
+    if _FORCE_FALLBACK:
+        from . import _fallback
+
+        return _fallback, "forced by CANCELKERNEL_NATIVE=0"
+    try:
+        from . import _flag
+    except ImportError as exc:  # no compiler at install time, or a broken build
+        from . import _fallback
+
         logging.getLogger("cancelkernel").warning(
             "cancelkernel.native: compiled flag not importable (%s); using the pure-Python "
             "flag. Native loops that hold the GIL cannot be interrupted. Reinstall with a C "
             "compiler to fix.",
             exc,
         )
+        return _fallback, str(exc)
+    return _flag, None
+
+
+_module, import_error = _implementation()
+globals().update({name: getattr(_module, name) for name in API})
+
+if t.TYPE_CHECKING:
+    from ._flag import *  # noqa: F403 - the stub gives the API its types
 
 
 def get_include() -> str:

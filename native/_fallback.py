@@ -12,23 +12,18 @@ import math
 import threading
 import time
 
-__all__ = [
-    "available", "begin", "end", "cancel", "uncancel", "running_gen", "cancel_requested", "raise_if_cancelled",
-    "cancellable_sleep", "flag_address", "expect_sigint", "take_sigint_arrival", "install_sigint_handler",
-    "sigint_handler_installed", "open_window", "close_window", "raise_in_window", "start_gil_yield", "gil_heartbeat",
-    "yield_requested",
-]
-
+# The Python API: the names in cancelkernel.native.API, each defined below (tests/unit/test_native_flag.py checks);
+# every other name here starts with an underscore.
 available = False
 
-SLOTS = 128  # as many threads as the compiled flag lets run executions at once
-_FULL = f"cancelkernel.native: {SLOTS} threads already run cells at once; no cancellation slot is free"
+_SLOTS = 128  # as many threads as the compiled flag lets run executions at once (CK_SLOTS in src/flag.h)
+_FULL = f"cancelkernel.native: {_SLOTS} threads already run cells at once; no cancellation slot is free"
 
 
 class _Slot:
     """One thread's execution: `gen` runs (0: idle) and is cancelled iff `cancelled_gen == gen`."""
 
-    __slots__ = ("owner", "gen", "cancelled_gen", "flag")
+    __slots__ = ("cancelled_gen", "flag", "gen", "owner")
 
     def __init__(self, owner: int) -> None:
         self.owner = owner
@@ -62,7 +57,7 @@ def _claim(thread_id: int) -> _Slot:
         slot = _slots.get(thread_id)
         if slot is not None:
             return slot
-        if len(_slot_list) < SLOTS:
+        if len(_slot_list) < _SLOTS:
             slot = _Slot(thread_id)
             _slot_list = (*_slot_list, slot)
         else:
@@ -109,6 +104,7 @@ def _view() -> _Slot | None:
 # begin/end/cancel take no lock on the state: the caller (the cancellation core)
 # serialises them, and a signal handler on the main thread may call cancel()
 # while the main thread is inside begin() or end(), where a lock would deadlock.
+
 
 def begin(gen: int, thread_id: int | None = None, parent: bool = True) -> None:
     """Execution `gen` starts; its user code runs on `thread_id` (default: this thread), not cancelled."""
@@ -205,6 +201,7 @@ def flag_address() -> int:
 
 # --- SIGINT attribution: without a C handler the Python handler decides alone.
 
+
 def expect_sigint(gen: int) -> None:
     """No-op here: only the C handler needs to know a SIGINT is our own."""
 
@@ -225,9 +222,14 @@ def sigint_handler_installed() -> bool:
 
 # --- GIL yield needs a C thread that runs without the GIL: not in the fallback.
 
+
 def start_gil_yield(signum: int, stall_seconds: float) -> bool:
     """Not available without the compiled module."""
     return False
+
+
+def yield_for_readable(fd: int) -> None:
+    """No yield thread to watch it."""
 
 
 def gil_heartbeat() -> None:
@@ -240,6 +242,7 @@ def yield_requested() -> bool:
 
 
 # --- Async exceptions into worker threads, atomic with respect to the windows.
+
 
 def open_window(gen: int, thread_id: int) -> None:
     """User code of execution `gen` starts running on thread `thread_id`."""
@@ -254,7 +257,7 @@ def close_window(gen: int, thread_id: int) -> None:
             del _windows[gen]
 
 
-def raise_in_window(gen: int, exc_class: type) -> bool:
+def raise_in_window(gen: int, exc_class: type[BaseException]) -> bool:
     """Raise `exc_class` in the thread running `gen`'s user code, if it still is."""
     if not (isinstance(exc_class, type) and issubclass(exc_class, BaseException)):
         # An instance would reach the target thread as a SystemError instead.

@@ -75,6 +75,7 @@ cdef extern from "flag.h":
     double ck_monotonic() noexcept nogil
     int ck_start_yield(int signum, int stall_ms) noexcept nogil
     void ck_beat() noexcept nogil
+    void ck_yield_watch(int fd) noexcept nogil
     int ck_sleep_until(double deadline, int poll_signals) noexcept nogil
 
 cdef extern from "cancelkernel_native.h":
@@ -91,13 +92,7 @@ cdef extern from "cancelkernel_native.h":
 
 import threading as _threading
 
-__all__ = [
-    "available", "begin", "end", "cancel", "uncancel", "running_gen", "cancel_requested", "raise_if_cancelled",
-    "cancellable_sleep", "flag_address", "expect_sigint", "take_sigint_arrival", "install_sigint_handler",
-    "sigint_handler_installed", "open_window", "close_window", "raise_in_window", "start_gil_yield", "gil_heartbeat",
-    "yield_requested",
-]
-
+# The Python API: the names in cancelkernel.native.API, each defined below (tests/unit/test_native_flag.py checks).
 available = True
 
 # ck_state (declared in _flag.pxd) is the storage of the summary word; it starts zeroed: nothing cancelled.
@@ -268,6 +263,11 @@ def start_gil_yield(signum, stall_seconds):
     if ck_start_yield(int(signum), stall_ms) < 0:
         raise OSError("could not start the GIL-yield thread")
     return True
+
+
+def yield_for_readable(fd):
+    """While a cell runs, a message left unread on `fd` (the control socket's) for 1 ms asks for the GIL yield at once."""
+    ck_yield_watch(int(fd))
 
 
 def gil_heartbeat():

@@ -1,21 +1,24 @@
-"""Fixtures shared by every test: our kernelspecs in a private prefix, and kernels of both exec modes.
+"""Fixtures shared by every test: our kernelspecs in a private prefix, and the native examples built once.
 
 The kernelspecs under test are installed into a temporary prefix for the
 session (JUPYTER_PATH points at it), so the tests never depend on, or change,
 what the machine has installed.  Helpers that drive kernels live in
-`cancelkernel.testing` (shared with the benchmarks and the demo).
+`cancelkernel.testing` (shared with the benchmarks and the demo); the kernel
+fixtures of the integration tests are in tests/integration/conftest.py.
 """
 
 from __future__ import annotations
 
-import sys
+import importlib.util
+import os
 from collections.abc import Iterator
+from types import ModuleType
 
 import pytest
-from jupyter_client.blocking.client import BlockingKernelClient
-from jupyter_client.manager import KernelManager
 
-from cancelkernel.testing import MODES, private_kernelspecs, running_kernel, shutdown_all
+from cancelkernel.testing import private_kernelspecs, shutdown_all
+
+NATIVE_EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "native")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -25,17 +28,19 @@ def kernelspecs() -> Iterator[str]:
     shutdown_all()  # whatever a failed test left behind
 
 
-@pytest.fixture(params=MODES)
-def mode(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def kernel(mode: str) -> Iterator[tuple[KernelManager, BlockingKernelClient]]:
-    with running_kernel(mode) as pair:
-        yield pair
+@pytest.fixture(scope="session")
+def native_build() -> ModuleType:
+    """examples/native/native_build.py: builds Cython and C extensions against the installed package,
+    as a third party does."""
+    spec = importlib.util.spec_from_file_location("native_build", os.path.join(NATIVE_EXAMPLES, "native_build.py"))
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="session")
-def python() -> str:
-    return sys.executable
+def example_dir(native_build: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """examples/native/montecarlo.pyx built once for the session: the directory a cell puts on sys.path to import it."""
+    return str(native_build.build_montecarlo(str(tmp_path_factory.mktemp("montecarlo"))))

@@ -39,8 +39,14 @@ setup(name="ck-native-build", ext_modules=cython_ext + c_ext, script_args=["buil
 """
 
 
-def build_extensions(workdir: str, modules: dict[str, str], *, include_path: bool = True,
-                     env: dict[str, str] | None = None, python: str | None = None) -> str:
+def build_extensions(
+    workdir: str,
+    modules: dict[str, str],
+    *,
+    include_path: bool = True,
+    env: dict[str, str] | None = None,
+    python: str | None = None,
+) -> str:
     """Build {module name: .pyx or .c source} into `workdir`; return `workdir` (put it on sys.path).
 
     `include_path=False` leaves Cython to find cancelkernel's .pxd files on
@@ -56,7 +62,11 @@ def build_extensions(workdir: str, modules: dict[str, str], *, include_path: boo
     spec = json.dumps({"modules": local, "include_path": include_path})
     result = subprocess.run(
         [python or sys.executable, "-c", _SETUP, spec],
-        cwd=workdir, env=env, capture_output=True, text=True, timeout=600,
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     if result.returncode != 0:
         raise RuntimeError(f"building {sorted(modules)} failed:\n{result.stdout}\n{result.stderr}")

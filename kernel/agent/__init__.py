@@ -6,7 +6,7 @@ cancelkernel's extensions when the kernel advertises them).
 
 Owns, in layers: transports (`transport/`: how messages travel), lifecycles
 (`lifecycle/`: how a kernel is started, restarted, stopped), the link
-(`link`: requests and replies), the policy (`policy`, `run`, `detect`) and
+(`link`: requests and replies), the policy (`policy`, `run`, `tripwire`, `budgets`) and
 what it returns (`result`, `outputs`, `log`, `history`, `checkpoints`,
 `notebook`), behind `AgentKernel` (`client`).  May import: jupyter_client,
 zmq, the shared pure modules and `cancelkernel.kernelspec`.  Never the
@@ -29,7 +29,7 @@ _PUBLIC = {
     "read_log": "cancelkernel.agent.log",
     "CellResult": "cancelkernel.agent.result",
     "CellWatch": "cancelkernel.agent.watch",
-    "Submission": "cancelkernel.agent.watch",
+    "Submission": "cancelkernel.agent.submission",
 }
 
 __all__ = sorted(_PUBLIC)
@@ -57,5 +57,5 @@ if t.TYPE_CHECKING:
     from .errors import RunawayCellError as RunawayCellError
     from .log import read_log as read_log
     from .result import CellResult as CellResult
+    from .submission import Submission as Submission
     from .watch import CellWatch as CellWatch
-    from .watch import Submission as Submission

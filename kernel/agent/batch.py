@@ -36,7 +36,13 @@ class NotebookOutcome:
     run: NotebookRun = field(default_factory=NotebookRun)
 
     def row(self) -> list[str]:
-        return [os.path.basename(self.notebook), str(self.cells), str(self.interventions), self.status, f"{self.seconds:.1f} s"]
+        return [
+            os.path.basename(self.notebook),
+            str(self.cells),
+            str(self.interventions),
+            self.status,
+            f"{self.seconds:.1f} s",
+        ]
 
 
 def output_paths(notebooks: list[str], output: str | None, log: str | None) -> list[tuple[str, str | None]]:
@@ -50,7 +56,9 @@ def output_paths(notebooks: list[str], output: str | None, log: str | None) -> l
         return [(out, log)]
     for what, path in (("-o/--output", output), ("--log", log)):
         if path is not None and os.path.exists(path) and not os.path.isdir(path):
-            raise BadInputError(f"{what} {path!r} is a file; with several notebooks it names a directory (one file per notebook)")
+            raise BadInputError(
+                f"{what} {path!r} is a file; with several notebooks it names a directory (one file per notebook)"
+            )
     stems = [os.path.splitext(os.path.basename(n))[0] for n in notebooks]
     if len(set(stems)) != len(stems):
         raise BadInputError("two notebooks have the same name; their outputs and logs would overwrite each other")
@@ -90,9 +98,12 @@ def run_notebooks(
         os.makedirs(directory, exist_ok=True)
     say = _Progress(progress, notebooks)
     outcomes = [NotebookOutcome(n, out, lg) for n, (out, lg) in zip(notebooks, paths, strict=True)]
-    with concurrent.futures.ThreadPoolExecutor(max_workers=min(jobs, len(notebooks)), thread_name_prefix="cancelkernel-run") as pool:
+    with concurrent.futures.ThreadPoolExecutor(
+        max_workers=min(jobs, len(notebooks)), thread_name_prefix="cancelkernel-run"
+    ) as pool:
         futures = [
-            pool.submit(leaving_no_loop(_run_one), outcome, nb, allow_errors, say, agent_options) for outcome, nb in zip(outcomes, loaded, strict=True)
+            pool.submit(leaving_no_loop(_run_one), outcome, nb, allow_errors, say, agent_options)
+            for outcome, nb in zip(outcomes, loaded, strict=True)
         ]
         for future in futures:
             future.result()
@@ -107,7 +118,12 @@ def _run_one(outcome: NotebookOutcome, nb: t.Any, allow_errors: bool, say: _Prog
     name = outcome.notebook
     try:
         with AgentKernel(log=outcome.log, **options) as ak:
-            say(name, f"started on kernel {ak.kernel_name!r}" if say.several else f"cancelkernel run: {name} on kernel {ak.kernel_name!r}")
+            say(
+                name,
+                f"started on kernel {ak.kernel_name!r}"
+                if say.several
+                else f"cancelkernel run: {name} on kernel {ak.kernel_name!r}",
+            )
             outcome.run = run_notebook(nb, ak, allow_errors=allow_errors, progress=lambda line: say(name, line))
     except KernelStartError as exc:
         outcome.status, outcome.error = "not-started", str(exc)
@@ -125,7 +141,11 @@ def _run_one(outcome: NotebookOutcome, nb: t.Any, allow_errors: bool, say: _Prog
         if results:
             nbformat.write(nb, outcome.output)
         if say.several:
-            say(name, f"{outcome.status}: {outcome.cells} cells, {outcome.interventions} interventions, {outcome.seconds:.1f} s; wrote {outcome.output}")
+            say(
+                name,
+                f"{outcome.status}: {outcome.cells} cells, {outcome.interventions} interventions, "
+                f"{outcome.seconds:.1f} s; wrote {outcome.output}",
+            )
 
 
 class _Progress:

@@ -15,11 +15,10 @@ import os
 import threading
 import typing as t
 
-from ..durations import DurationError, parse_duration
 from ..protocol import BUDGET_REASONS, FEATURE_BUDGETS
+from .budgets import cell_budget, check_budget, check_memory_budget, parse_seconds, read_directive
 from .checkpoints import MODES as CHECKPOINT_MODES
 from .checkpoints import Checkpoints
-from .detect import cell_budget, check_budget, check_memory_budget, read_directive
 from .errors import BadInputError, RunawayCellError
 from .history import RuntimeHistory, cell_key
 from .lifecycle import choose_lifecycle
@@ -29,7 +28,9 @@ from .outputs import DisplayRegistry
 from .policy import CellPlan, Policy, Restored
 from .processes import describe_exit
 from .result import CellResult
-from .watch import CellWatch, Submission, Turn
+from .submission import Submission
+from .turn import Turn
+from .watch import CellWatch
 
 
 class AgentKernel:
@@ -80,15 +81,14 @@ class AgentKernel:
     ):
         # Validate everything first: bad input starts nothing and writes nothing.
         if not isinstance(kernel_name, str) or not kernel_name:
-            raise BadInputError(f"kernel_name must be a kernelspec name such as 'cancelkernel' or 'python3', not {kernel_name!r}")
+            raise BadInputError(
+                f"kernel_name must be a kernelspec name such as 'cancelkernel' or 'python3', not {kernel_name!r}"
+            )
         self.wall_budget = check_budget("wall_budget", wall_budget, allow_auto=True)
         self.quiet_budget = check_budget("quiet_budget", quiet_budget)
         self.memory_budget = check_memory_budget("memory_budget", memory_budget)
         if interrupt_grace is not None:
-            try:
-                interrupt_grace = parse_duration(interrupt_grace, "interrupt_grace")
-            except DurationError as exc:
-                raise BadInputError(str(exc)) from None
+            interrupt_grace = parse_seconds(interrupt_grace, "interrupt_grace")
         if checkpoint not in CHECKPOINT_MODES:
             raise BadInputError(f"checkpoint must be one of {', '.join(CHECKPOINT_MODES)}, not {checkpoint!r}")
         if max_output_bytes is not None and (not isinstance(max_output_bytes, int) or max_output_bytes <= 0):
@@ -99,8 +99,18 @@ class AgentKernel:
         self.log = InterventionLog(log, log_all=log_all) if log is not None else None
         self.history = RuntimeHistory(history, floor=auto_floor, factor=auto_factor, default=auto_default)
         self.link = KernelLink(
-            choose_lifecycle(kernel_name, connection_file, server_url, token, kernel_id, extra_arguments, env, owner_restart_wait,
-                             spare=bool(spare), start_timeout=start_timeout),
+            choose_lifecycle(
+                kernel_name,
+                connection_file,
+                server_url,
+                token,
+                kernel_id,
+                extra_arguments,
+                env,
+                owner_restart_wait,
+                spare=bool(spare),
+                start_timeout=start_timeout,
+            ),
             start_timeout=start_timeout,
         )
         self.checkpoints = Checkpoints(self.link)
@@ -117,6 +127,7 @@ class AgentKernel:
         self._interrupted: set[str] = set()  # cell keys that used their one interrupt
         self._attempts: dict[str, list[CellResult]] = {}
         self._started = False
+        self._busy_elsewhere = False  # a kernel connected to was running a cell another client sent
 
     # -- life cycle --
 
@@ -132,6 +143,7 @@ class AgentKernel:
         if not self._started:
             self.link.start()
             self._started = True
+            self._busy_elsewhere = self.link.info.busy  # said by a kernel we connected to (asked on control)
         return self
 
     def close(self, *, shutdown: bool | None = None) -> None:
@@ -167,7 +179,9 @@ class AgentKernel:
         """Run one cell under the policy.  Budgets default to the AgentKernel's; math.inf (or 0) turns one off."""
         _check_cell(code, cell_id)
         with self._turn.exclusive("run a cell"):
-            return self._run(code, cell_id, cell_key(code, cell_id), wall_budget, quiet_budget, risky, memory=memory_budget)
+            return self._run(
+                code, cell_id, cell_key(code, cell_id), wall_budget, quiet_budget, risky, memory=memory_budget
+            )
 
     def submit(
         self,
@@ -216,7 +230,9 @@ class AgentKernel:
         """What the kernel is doing now, safe to call from any thread.
 
         While a cell runs this reads its watch (the run loop owns the kernel's
-        sockets); while idle it asks our kernel for its cancel status.
+        sockets); while idle it asks the kernel (kernel_info on the control
+        channel) whether a cell another client sent runs there
+        (`execution_state`, `executions`), and our kernel for its cancel status.
         """
         info = self.link.info
         base: dict[str, t.Any] = {
@@ -234,15 +250,23 @@ class AgentKernel:
             return {**base, "busy": True, "alive": True, "cell": None}
         try:
             alive = self._started and self.link.is_alive()
+            said = self.link.kernel_state() if alive else None
             kernel = self.link.cancel_status(timeout=0.5) if alive and info.ours else None
         finally:
             self._turn.release()
         extra = {"abandoned_threads": kernel.get("abandoned_threads", [])} if kernel else {}
+        if said is not None:  # a cell another client sent (this client runs none now)
+            extra |= {"execution_state": said.execution_state, "executions": said.executions}
         return {**base, "busy": False, "alive": alive, "cell": None, **extra}
 
     def retry(
-        self, result: CellResult, new_code: str, *,
-        wall_budget: float | str | None = None, quiet_budget: float | None = None, memory_budget: int | str | None = None,
+        self,
+        result: CellResult,
+        new_code: str,
+        *,
+        wall_budget: float | str | None = None,
+        quiet_budget: float | None = None,
+        memory_budget: int | str | None = None,
     ) -> CellResult:
         """Run a fixed version of a cell that failed or ran away; it counts as the same cell.
 
@@ -276,22 +300,37 @@ class AgentKernel:
         return list(self._attempts.get(cell) or self._attempts.get(f"id:{cell}") or [])
 
     def _run(
-        self, code: str, cell_id: str | None, key: str, wall: t.Any, quiet: t.Any, risky: bool | None,
+        self,
+        code: str,
+        cell_id: str | None,
+        key: str,
+        wall: t.Any,
+        quiet: t.Any,
+        risky: bool | None,
         watch: CellWatch | None = None,
         *,
         memory: t.Any = None,
     ) -> CellResult:
         wall_v = cell_budget("wall_budget", wall, self.wall_budget, allow_auto=True)
         quiet_v = cell_budget("quiet_budget", quiet, self.quiet_budget)
-        memory_v = self.memory_budget if memory is None else None if memory == math.inf else check_memory_budget("memory_budget", memory)
+        memory_v = (
+            self.memory_budget
+            if memory is None
+            else None
+            if memory == math.inf
+            else check_memory_budget("memory_budget", memory)
+        )
         if not self._started:
-            raise BadInputError("the kernel is not started: use `with AgentKernel(...) as ak:` or call ak.start() first")
+            raise BadInputError(
+                "the kernel is not started: use `with AgentKernel(...) as ak:` or call ak.start() first"
+            )
         original, notes = code, list[str]()
         if not self.info.has(FEATURE_BUDGETS):
             code, wall_v, quiet_v, notes = read_directive(code, wall_v, quiet_v, self.kernel_name)
         if wall_v == "auto":
             wall_v = self.history.auto_budget(key)
         between = self._revive_if_dead()
+        self._refuse_if_busy_elsewhere()
         may_interrupt = key not in self._interrupted
         if self.checkpoint_mode == "before-risky" and self._is_risky(key, risky):
             self.checkpoints.auto_save(self.checkpoint_mode, "before a risky cell")
@@ -311,10 +350,19 @@ class AgentKernel:
         result = self.policy.run(plan, self._manual, watch)
         result.source = original
         result.notes[:0] = notes
+        runaway = self._record(key, result, between)
+        if runaway and not may_interrupt:
+            raise RunawayCellError(key, self._attempts[key])
+        return result
+
+    def _record(self, key: str, result: CellResult, between: tuple[dict, Restored] | None) -> bool:
+        """Keep a cell's result (history, attempts, log, after-ok checkpoint), warm the spare: True if it ran away."""
         if between is not None:
-            result.actions.insert(0, between)
+            action, restored = between
+            result.actions.insert(0, action)
             if result.status in ("ok", "error"):
-                result.state = "restored" if between.get("restored") else "lost"
+                result.state = restored.state
+                result.lost_reason = restored.note if restored.missing else None
         self.history.record(key, result.elapsed, result.status)
         self._attempts.setdefault(key, []).append(result)
         runaway = result.reason in (*BUDGET_REASONS, "manual") and result.status in ("interrupted", "restarted")
@@ -323,11 +371,11 @@ class AgentKernel:
         if self.checkpoint_mode == "after-ok" and result.status == "ok":
             self.checkpoints.auto_save(self.checkpoint_mode, "after a successful cell")
         if self.log is not None:
-            self.log.write_result(result, kernel={"name": self.kernel_name, "id": self.link.kernel_id, "pid": result.kernel.get("pid")})
+            self.log.write_result(
+                result, kernel={"name": self.kernel_name, "id": self.link.kernel_id, "pid": result.kernel.get("pid")}
+            )
         self.link.warm_spare()  # after the first cell, and again after a restart used it
-        if runaway and not may_interrupt:
-            raise RunawayCellError(key, self._attempts[key])
-        return result
+        return runaway
 
     def _is_risky(self, key: str, risky: bool | None) -> bool:
         """Risky unless it completed before in under risky_after seconds (or the caller says)."""
@@ -336,16 +384,56 @@ class AgentKernel:
         longest = self.history.longest(key)
         return longest is None or longest > self.risky_after or key in self._interrupted
 
-    def _revive_if_dead(self) -> dict | None:
+    def _refuse_if_busy_elsewhere(self) -> None:
+        """A kernel connected to while it ran another client's cell: refuse while it still does (asked again each time).
+
+        The cell would wait behind that one, its budgets running out while it waits.
+        """
+        if not self._busy_elsewhere:
+            return
+        now = self.link.kernel_state()
+        if now is None or not now.busy:
+            self._busy_elsewhere = False
+            return
+        raise BadInputError(
+            f"kernel {self.link.kernel_id!r} is running a cell another client sent ({now.running_text()}); a cell sent "
+            "now would wait behind it while its budgets run. Wait until AgentKernel.kernel_state().busy is False, "
+            "or stop that cell from the client that sent it (a kernel started here has no such cell)"
+        )
+
+    def kernel_state(self) -> KernelInfo | None:
+        """What the kernel says now (kernel_info on the control channel).
+
+        `busy` (its main shell runs a cell) and, from our kernel, `executions` (every running cell);
+        None when it does not answer, or while a cell of ours runs.
+        """
+        if not self._started or not self._turn.try_claim():
+            return None
+        try:
+            return self.link.kernel_state()
+        finally:
+            self._turn.release()
+
+    def _revive_if_dead(self) -> tuple[dict, Restored] | None:
         """The kernel died between cells (killed from outside): restart it before running the next one."""
         if self.link.is_alive():
             return None
         why = "the kernel process was found dead before the cell started" + _exit_text(self.link)
         self.link.restart(dead=True)
         restored = self._restore_after_restart()
-        action = {"action": "restart", "why": "died", "why_text": why, "via": "restart", "at": 0.0,
-                  "outcome": f"new kernel running; state {restored.state}", "restored": restored.names}
-        return action
+        outcome = f"new kernel running; state {restored.state}"
+        if restored.state != "restored" and restored.note:
+            outcome += f" ({restored.note})"
+        action = {
+            "action": "restart",
+            "why": "died",
+            "why_text": why,
+            "via": "restart",
+            "at": 0.0,
+            "outcome": outcome,
+            "restored": restored.names,
+        }
+        return action, restored
 
     # -- checkpoints --
 
@@ -353,7 +441,7 @@ class AgentKernel:
         """Save the kernel's state now (raises CheckpointError on kernels without checkpoints)."""
         with self._turn.exclusive("save a checkpoint"):
             saved = self.checkpoints.save(name)
-            self.link.checkpoint_saved()
+            self.link.checkpoint_saved(saved.get("name"))
             return saved
 
     def restore_checkpoint(self, name: str | None = None) -> Restored:

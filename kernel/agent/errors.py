@@ -21,7 +21,14 @@ class KernelStartError(AgentError, RuntimeError):
 
 
 class CheckpointError(AgentError, RuntimeError):
-    """A checkpoint could not be saved or restored (or the kernel has no checkpoints)."""
+    """A checkpoint could not be saved or restored (or the kernel has no checkpoints).
+
+    `ename`: the kernel's name for the failure (e.g. CheckpointNotFound), when the kernel answered with one.
+    """
+
+    def __init__(self, message: str, *, ename: str | None = None):
+        super().__init__(message)
+        self.ename = ename
 
 
 class RunawayCellError(AgentError, RuntimeError):

@@ -30,7 +30,9 @@ def cell_key(source: str, cell_id: str | None) -> str:
 class RuntimeHistory:
     """Successful runtimes per cell key; the auto wall budget."""
 
-    def __init__(self, path: str | os.PathLike | None = None, *, floor: float = 5.0, factor: float = 3.0, default: float = 60.0):
+    def __init__(
+        self, path: str | os.PathLike | None = None, *, floor: float = 5.0, factor: float = 3.0, default: float = 60.0
+    ):
         for name, value in (("auto_floor", floor), ("auto_factor", factor), ("auto_default", default)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise BadInputError(f"{name} must be a positive number, not {value!r}")
@@ -45,15 +47,21 @@ class RuntimeHistory:
         if not os.path.exists(self.path):
             parent = os.path.dirname(os.path.abspath(self.path))
             if not os.path.isdir(parent):
-                raise BadInputError(f"history file {self.path!r}: directory {parent!r} does not exist; create it or pick another path")
+                raise BadInputError(
+                    f"history file {self.path!r}: directory {parent!r} does not exist; create it or pick another path"
+                )
             return
         try:
             with open(self.path, encoding="utf-8") as f:
                 data = json.load(f)
         except (OSError, ValueError) as exc:
-            raise BadInputError(f"history file {self.path!r} is not readable JSON ({exc}); delete it to start a new history") from exc
+            raise BadInputError(
+                f"history file {self.path!r} is not readable JSON ({exc}); delete it to start a new history"
+            ) from exc
         if not isinstance(data, dict) or not isinstance(data.get("cells"), dict):
-            raise BadInputError(f"history file {self.path!r} is not a cancelkernel runtime history; delete it or pick another path")
+            raise BadInputError(
+                f"history file {self.path!r} is not a cancelkernel runtime history; delete it or pick another path"
+            )
         self.cells = data["cells"]
 
     def longest(self, key: str) -> float | None:
@@ -69,7 +77,10 @@ class RuntimeHistory:
     def record(self, key: str, elapsed: float, status: str) -> None:
         """Remember one run; only successful runs count towards the budget."""
         entry = self.cells.setdefault(key, {"runs": [], "max_ok": None})
-        entry["runs"] = [*entry["runs"], {"elapsed": round(elapsed, 4), "status": status, "time": round(time.time(), 3)}][-KEEP_RUNS:]
+        entry["runs"] = [
+            *entry["runs"],
+            {"elapsed": round(elapsed, 4), "status": status, "time": round(time.time(), 3)},
+        ][-KEEP_RUNS:]
         if status == "ok":
             entry["max_ok"] = max(elapsed, entry.get("max_ok") or 0.0)
         self.save()

@@ -27,7 +27,7 @@ from .transport.waker import Waker
 START_ATTEMPTS = 3
 
 # How long an interrupt_request may go unanswered before the kernel counts as
-# wedged (GIL held) and a local kernel gets SIGINT instead.
+# wedged (GIL held) and a local kernel gets SIGINT instead (plus the link's round trip, for a remote one).
 CONTROL_ANSWER = 0.2
 # Late control replies kept for a while (an interrupt_reply after its wait ended), never without bound.
 KEEP_CONTROL_REPLIES = 100
@@ -50,15 +50,22 @@ class KernelInfo:
     pid: int | None = None
     dump_file: str | None = None
     checkpoint_dir: str | None = None
+    checkpoint_root: str | None = None  # the root checkpoint_dir is under (None: a directory set outright)
+    host: str | None = None  # the host name the kernel runs on
     running_record: str | None = None  # the file our kernel keeps while a cell runs (cancelkernel.last_cell)
+    # The main shell busy or idle, from kernel_info_reply's execution_state (the JEP pre-proposal; None: not said).
+    execution_state: str | None = None
+    executions: list[dict] = field(default_factory=list)  # our kernel: every cell running when it answered
     raw: dict = field(default_factory=dict)
 
     @classmethod
     def from_reply(cls, content: dict) -> KernelInfo:
         ext = content.get(protocol.KEY) if protocol.FEATURE in (content.get("supported_features") or []) else None
+        state = content.get(protocol.KERNEL_EXECUTION_STATE)
         info = cls(
             implementation=str(content.get("implementation", "")),
             language=str((content.get("language_info") or {}).get("name", "")),
+            execution_state=state if isinstance(state, str) else None,
             raw=content,
         )
         if isinstance(ext, dict):
@@ -71,12 +78,52 @@ class KernelInfo:
             info.native_flag = bool(ext.get("native_flag"))
             info.pid = new_kernel_pid(content)
             info.dump_file = ext.get("dump_file") if isinstance(ext.get("dump_file"), str) else None
-            info.checkpoint_dir = ext.get("checkpoint_dir") if isinstance(ext.get("checkpoint_dir"), str) else None
+            info.checkpoint_dir = _text(ext.get("checkpoint_dir"))
+            info.checkpoint_root = _text(ext.get("checkpoint_root"))
+            info.host = _text(ext.get("host"))
             info.running_record = ext.get("running_record") if isinstance(ext.get("running_record"), str) else None
+            info.executions = [e for e in ext.get("executions") or [] if isinstance(e, dict)]
         return info
 
     def has(self, feature: str) -> bool:
         return self.ours and feature in self.features
+
+    @property
+    def busy(self) -> bool:
+        """A cell runs on the kernel's main shell, where a cell sent now would wait behind it.
+
+        Our kernel names its running cells (`executions`): a subshell's does not count, nor the moment between
+        a cell's reply and its idle. Another kernel says only `execution_state` (when it implements the field).
+        """
+        if self.ours and protocol.KERNEL_EXECUTION_STATE in self.raw:
+            return any(e.get("subshell_id") is None for e in self.executions)
+        return self.execution_state == protocol.KERNEL_BUSY
+
+    def running_text(self) -> str:
+        """What runs there, as the kernel said it ("e1a2 (12.3 s, running)"), for an error message."""
+        cells = [e for e in self.executions if e.get("subshell_id") is None] or self.executions
+        if not cells:
+            return "a request"
+        return ", ".join(
+            f"{e.get('msg_id')} ({float(e.get('elapsed') or 0):.1f} s, {e.get('state', 'running')})" for e in cells
+        )
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+@dataclass
+class SavedCheckpoint:
+    """The latest checkpoint this client saw saved, and where: what a kernel that replaces this one must find."""
+
+    name: str
+    directory: str | None
+    host: str | None
+
+    @property
+    def path(self) -> str | None:
+        return os.path.join(self.directory, self.name) if self.directory else None
 
 
 @dataclass
@@ -103,9 +150,11 @@ class KernelLink:
         self.info = KernelInfo()
         self.session_id = ""  # the running kernel's session: a "starting" status from another one means a new kernel
         self.restarts = 0
+        self.saved: SavedCheckpoint | None = None  # the latest checkpoint saved, as far as this client knows
         self._control_replies: dict[str, dict] = {}
         self._pending: collections.deque[tuple[str, dict]] = collections.deque(maxlen=KEEP_PENDING)
-        self._waker: Waker | None = None  # another thread's interrupt ends the run loop's wait at once (made by the first poll)
+        # Another thread's interrupt ends the run loop's wait at once (made by the first poll)
+        self._waker: Waker | None = None
 
     @property
     def kernel_name(self) -> str:
@@ -138,7 +187,8 @@ class KernelLink:
         for attempt in range(1, START_ATTEMPTS + 1):
             try:
                 self.transport = self.lifecycle.start()
-                self.wait_ready(self.start_timeout)
+                # A kernel connected to may run a cell: ask on control, answered at once (shell queues behind it).
+                self.wait_ready(self.start_timeout, on_control=not self.lifecycle.owned)
                 return
             except BaseException as exc:
                 # Only a port clash is worth another try: the next launch chooses new ports.
@@ -152,44 +202,69 @@ class KernelLink:
             raise KernelStartError("the kernel is not running; use AgentKernel as a context manager or call start()")
         return self.transport
 
-    def wait_ready(self, timeout: float) -> None:
-        """kernel_info answered and iopub connected; raises KernelStartError when the kernel does not come up."""
+    def wait_ready(self, timeout: float, *, on_control: bool = False) -> None:
+        """kernel_info answered and iopub connected; raises KernelStartError when the kernel does not come up.
+
+        on_control: ask on the control channel first (a running cell does not hold the answer up), and
+        on the shell channel if nothing answers there within a second (a kernel that answers it on shell only).
+        """
         transport = self._transport()
         deadline = time.monotonic() + timeout
+        asking = "control" if on_control else "shell"
         while True:
-            msg_id = transport.send("shell", "kernel_info_request", {})
-            sent = time.monotonic()
-            replied: dict | None = None
-            iopub_seen = False
-            while time.monotonic() - sent < 1.0 and not (replied and iopub_seen):
-                if not self.lifecycle.is_alive(for_start=True):
-                    raise KernelStartError(self.lifecycle.died_text("while starting"))
-                for channel, msg in transport.poll(0.05):
-                    if channel == "iopub":
-                        iopub_seen = True  # the request makes the kernel publish busy/idle: iopub is subscribed
-                    elif channel == "shell" and msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "kernel_info_reply":
-                        replied = msg
-                    elif channel == "control":
-                        self._keep_control(msg)
-                if time.monotonic() > deadline and replied is None:
-                    raise KernelStartError(
-                        f"kernel {self.kernel_name!r} did not answer kernel_info within {timeout:g} s; "
-                        f"check the kernel's log, or raise start_timeout"
-                    )
+            replied, iopub_seen = self._kernel_info_round(transport, deadline, timeout, asking)
             if replied is not None and iopub_seen:
                 self.info = KernelInfo.from_reply(replied["content"])
                 self.session_id = str(replied["header"].get("session", ""))
                 self.lifecycle.verify_pid(self.info.pid)
                 self.flush()
                 return
+            if replied is None:
+                asking = "shell"
             if time.monotonic() > deadline:
                 raise KernelStartError(f"kernel {self.kernel_name!r} did not become ready within {timeout:g} s")
+
+    def _kernel_info_round(
+        self, transport: Transport, deadline: float, timeout: float, asking: str
+    ) -> tuple[dict | None, bool]:
+        """One kernel_info_request on `asking`, waited on for up to a second: its reply, and whether iopub spoke too."""
+        msg_id = transport.send(asking, "kernel_info_request", {})
+        sent = time.monotonic()
+        replied: dict | None = None
+        iopub_seen = False
+        while time.monotonic() - sent < 1.0 and not (replied and iopub_seen):
+            if not self.lifecycle.is_alive(for_start=True):
+                raise KernelStartError(self.lifecycle.died_text("while starting"))
+            for channel, msg in transport.poll(0.05):
+                if channel == "iopub":
+                    iopub_seen = True  # the request makes the kernel publish busy/idle: iopub is subscribed
+                elif (
+                    channel == asking
+                    and msg["parent_header"].get("msg_id") == msg_id
+                    and msg["msg_type"] == "kernel_info_reply"
+                ):
+                    replied = msg
+                elif channel == "control":
+                    self._keep_control(msg)
+            if time.monotonic() > deadline and replied is None:
+                raise KernelStartError(
+                    f"kernel {self.kernel_name!r} did not answer kernel_info within {timeout:g} s; "
+                    f"check the kernel's log, or raise start_timeout"
+                )
+        return replied, iopub_seen
 
     # -- messages --
 
     def execute(self, code: str, *, cell_id: str | None = None, metadata: dict | None = None) -> str:
         """Send an execute_request (stop_on_error off: one failing cell never aborts the next one)."""
-        content = {"code": code, "silent": False, "store_history": True, "user_expressions": {}, "allow_stdin": False, "stop_on_error": False}
+        content = {
+            "code": code,
+            "silent": False,
+            "store_history": True,
+            "user_expressions": {},
+            "allow_stdin": False,
+            "stop_on_error": False,
+        }
         meta = dict(metadata or {})
         if cell_id is not None:
             meta["cellId"] = cell_id  # what JupyterLab sends; ipykernel passes it on as cell_id
@@ -231,9 +306,17 @@ class KernelLink:
         self._control_replies.clear()
 
     def control(self, msg_type: str, content: dict | None = None, *, timeout: float) -> dict | None:
-        """A control request; its reply, or None if none came within `timeout` (wedged, or not understood)."""
-        msg_id = self._transport().send("control", msg_type, content or {})
-        return self.wait_control(msg_id, timeout)
+        """A control request; its reply, or None if none came within `timeout` (wedged, or not understood).
+
+        `timeout` is the kernel's time to answer: the link's round trip is added (none when it is 0: do not wait).
+        """
+        transport = self._transport()
+        msg_id = transport.send("control", msg_type, content or {})
+        return self.wait_control(msg_id, timeout + transport.link_delay() if timeout > 0 else timeout)
+
+    def link_delay(self) -> float:
+        """Seconds a reply takes beyond the kernel's own time on this link (0 on the kernel's host)."""
+        return self.transport.link_delay() if self.transport is not None else 0.0
 
     def _keep_control(self, msg: dict) -> None:
         if len(self._control_replies) > KEEP_CONTROL_REPLIES:
@@ -258,9 +341,21 @@ class KernelLink:
             if not self.is_alive():
                 return None
             for channel, reply in self.poll(0.1):
-                if channel == "shell" and reply["parent_header"].get("msg_id") == msg_id and reply["msg_type"] == reply_type:
+                if (
+                    channel == "shell"
+                    and reply["parent_header"].get("msg_id") == msg_id
+                    and reply["msg_type"] == reply_type
+                ):
                     return reply
         return None
+
+    def kernel_state(self, timeout: float = 0.5) -> KernelInfo | None:
+        """kernel_info asked on the control channel, answered even while a cell runs; None if no answer came.
+
+        Only while no cell of ours runs (the run loop owns the sockets then).
+        """
+        reply = self.control("kernel_info_request", {}, timeout=timeout)
+        return KernelInfo.from_reply(reply["content"]) if reply is not None else None
 
     def cancel_status(self, timeout: float = 0.3) -> dict | None:
         """Our kernel's cancel_status_reply content; None for stock kernels (they never answer) or when wedged."""
@@ -273,7 +368,7 @@ class KernelLink:
         """Deliver ONE interrupt by the path that works.
 
         Our kernel: a targeted interrupt_request; if the control channel does
-        not answer within CONTROL_ANSWER (the GIL is held), the same decision
+        not answer within CONTROL_ANSWER and the link's round trip (the GIL is held), the same decision
         goes out as SIGINT to a local kernel, which our C handler turns into
         the native cancel flag.  Stock kernels: as their kernelspec says.
         """
@@ -303,7 +398,8 @@ class KernelLink:
     # -- restart / shutdown --
 
     def restart(self, *, dead: bool = False) -> dict[str, t.Any]:
-        """A fresh kernel: the warm spare swapped in, else a restart on the same connection (checkpoints are found either way).
+        """A fresh kernel: the warm spare swapped in, else a restart on the same connection
+        (checkpoints are found either way).
 
         dead: the kernel already died (or its owner replaced it): nothing to stop first.
         Returns how it went: spare (bool), note (why not the spare), and
@@ -321,14 +417,22 @@ class KernelLink:
     # -- the warm spare --
 
     def warm_spare(self) -> None:
-        """Keep a spare kernel ready (lifecycles that keep one), with our kernel's checkpoint directory, and its imports done."""
-        extra = [f"--CheckpointSettings.directory={self.info.checkpoint_dir}"] if self.info.ours and self.info.checkpoint_dir else []
+        """Keep a spare kernel ready (lifecycles that keep one), with our kernel's checkpoint directory,
+        and its imports done."""
+        extra = (
+            [f"--CheckpointSettings.directory={self.info.checkpoint_dir}"]
+            if self.info.ours and self.info.checkpoint_dir
+            else []
+        )
         self.lifecycle.warm_spare(extra)
         if self.info.has(protocol.FEATURE_CHECKPOINT):
             self.lifecycle.prepare_spare(again=False)
 
-    def checkpoint_saved(self) -> None:
-        """A checkpoint was saved: the spare imports its modules now, so a restore only binds names."""
+    def checkpoint_saved(self, name: str | None = None) -> None:
+        """A checkpoint was saved (`name`, if known, is remembered with where it went, for a restart to find):
+        the spare imports its modules now, so a restore only binds names."""
+        if name:
+            self.saved = SavedCheckpoint(name, self.info.checkpoint_dir, self.info.host)
         if self.info.has(protocol.FEATURE_CHECKPOINT):
             self.lifecycle.prepare_spare(again=True)
 
@@ -343,7 +447,11 @@ class KernelLink:
             until = time.monotonic() + 0.5
             while time.monotonic() < until:
                 for channel, msg in transport.poll(0.1):
-                    if channel != "shell" or msg["parent_header"].get("msg_id") not in asked or msg["msg_type"] != "kernel_info_reply":
+                    if (
+                        channel != "shell"
+                        or msg["parent_header"].get("msg_id") not in asked
+                        or msg["msg_type"] != "kernel_info_reply"
+                    ):
                         continue
                     if old_pid is None or new_kernel_pid(msg["content"]) != old_pid:
                         return True

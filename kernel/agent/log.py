@@ -29,9 +29,14 @@ class InterventionLog:
         self.log_all = log_all
         parent = os.path.dirname(os.path.abspath(self.path))
         if not os.path.isdir(parent):
-            raise BadInputError(f"log file {self.path!r}: directory {parent!r} does not exist; create it or pick another path")
+            raise BadInputError(
+                f"log file {self.path!r}: directory {parent!r} does not exist; create it or pick another path"
+            )
         if os.path.isdir(self.path):
-            raise BadInputError(f"log file {self.path!r} is a directory; give a file path such as {os.path.join(self.path, 'agent.jsonl')!r}")
+            raise BadInputError(
+                f"log file {self.path!r} is a directory; give a file path such as "
+                f"{os.path.join(self.path, 'agent.jsonl')!r}"
+            )
         self._lock = threading.Lock()
 
     def write(self, record: dict[str, t.Any]) -> None:
@@ -52,28 +57,43 @@ class InterventionLog:
             "state": result.state,
         }
         for action in result.actions:
-            self.write({
-                **base,
-                "why": action.get("why"),
-                "why_text": action.get("why_text"),
-                "action": action.get("action"),
-                "via": action.get("via"),
-                "outcome": action.get("outcome"),
-                "interrupt_latency": action.get("latency") if action.get("action") == "interrupt" else None,
-                "stack": result.stack,
-                "stopped_at": fr.stopped_at(fr.from_dicts(result.stack), readable=True),
-                "partial_output_bytes": result.output_size(),
-                "restored": result.restored if action.get("action") == "restart" else None,
-                "timings": result.timings if action.get("action") == "restart" else None,
-            })
+            self.write(
+                {
+                    **base,
+                    "why": action.get("why"),
+                    "why_text": action.get("why_text"),
+                    "action": action.get("action"),
+                    "via": action.get("via"),
+                    "outcome": action.get("outcome"),
+                    "interrupt_latency": action.get("latency") if action.get("action") == "interrupt" else None,
+                    "stack": result.stack,
+                    "stopped_at": fr.stopped_at(fr.from_dicts(result.stack), readable=True),
+                    "partial_output_bytes": result.output_size(),
+                    "restored": result.restored if action.get("action") == "restart" else None,
+                    "timings": result.timings if action.get("action") == "restart" else None,
+                }
+            )
         if not result.actions and self.log_all:
-            self.write({**base, "why": None, "why_text": None, "action": "none", "outcome": result.status,
-                        "output_bytes": result.output_size(), "error": result.error_name})
+            self.write(
+                {
+                    **base,
+                    "why": None,
+                    "why_text": None,
+                    "action": "none",
+                    "outcome": result.status,
+                    "output_bytes": result.output_size(),
+                    "error": result.error_name,
+                }
+            )
 
 
 def cell_fields(source: str, cell_id: str | None, cell_key: str, attempt: int) -> dict[str, t.Any]:
     """The part of a record that names the cell (source cut to a readable size)."""
-    text = source if len(source) <= MAX_SOURCE else source[:MAX_SOURCE] + f"... [{len(source) - MAX_SOURCE} more characters]"
+    text = (
+        source
+        if len(source) <= MAX_SOURCE
+        else source[:MAX_SOURCE] + f"... [{len(source) - MAX_SOURCE} more characters]"
+    )
     return {"cell_id": cell_id, "cell_key": cell_key, "attempt": attempt, "source": text}
 
 

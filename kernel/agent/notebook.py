@@ -14,10 +14,9 @@ import typing as t
 from dataclasses import dataclass, field
 
 from .. import frames as fr
-from ..durations import DurationError, parse_duration
 from ..protocol import KEY, REPORT_MIME
 from ..words import plural
-from .detect import check_memory_budget
+from .budgets import check_memory_budget, parse_seconds
 from .errors import BadInputError, RunawayCellError
 from .result import CellResult
 
@@ -36,14 +35,6 @@ def require_nbformat() -> t.Any:
             "`pip install 'cancelkernel[notebook]'` (or `pip install nbformat`)"
         ) from exc
     return nbformat
-
-
-def parse_seconds(value: t.Any, what: str) -> float:
-    """A budget in the one duration grammar (0: none for this cell).  BadInputError naming `what` otherwise."""
-    try:
-        return parse_duration(value, what)
-    except DurationError as exc:
-        raise BadInputError(str(exc)) from None
 
 
 def load_notebook(path: str | os.PathLike) -> t.Any:
@@ -65,7 +56,8 @@ def load_notebook(path: str | os.PathLike) -> t.Any:
 
 
 def cell_budgets(cell: t.Any, index: int) -> tuple[float | None, float | None, int | None]:
-    """(wall, quiet, memory) from metadata.cancelkernel.{wall,quiet,memory}_budget or tags 'wall-budget=30', 'memory-budget=2G'."""
+    """(wall, quiet, memory) from metadata.cancelkernel.{wall,quiet,memory}_budget
+    or tags 'wall-budget=30', 'memory-budget=2G'."""
     wall = quiet = memory = None
     meta = (cell.get("metadata") or {}).get(KEY) or {}
     if not isinstance(meta, dict):
@@ -130,7 +122,8 @@ class CellHooks:
         """Before the cell is sent (also called for cells that do not run)."""
 
     def cell_running(self, index: int, cell: t.Any, outputs: list[dict]) -> None:
-        """Every `live_every` seconds while the cell runs: its outputs so far (the run loop's list: read, never change)."""
+        """Every `live_every` seconds while the cell runs: its outputs so far (the run loop's list:
+        read, never change)."""
 
     def cell_complete(self, index: int, cell: t.Any, result: CellResult | None) -> None:
         """After the cell's outputs and report are in `cell` (result None: the cell did not run)."""
@@ -138,7 +131,8 @@ class CellHooks:
             self.progress(f"[{self._numbers.get(index, 0)}/{len(self._numbers)}] cell {index}: {result.summary()}")
 
     def keep_going(self, index: int, cell: t.Any, result: CellResult) -> bool:
-        """Whether the cells after this one run (allow_errors: always; runaways still fail the run, see NotebookRun.failed)."""
+        """Whether the cells after this one run (allow_errors: always;
+        runaways still fail the run, see NotebookRun.failed)."""
         return result.status == "ok" or self.allow_errors
 
 
@@ -191,10 +185,17 @@ def run_cell(
     quiet_v = quiet if quiet is not None else quiet_budget
     try:
         if hooks is None or hooks.live_every is None:
-            result = ak.run(cell.source, wall_budget=wall_v, quiet_budget=quiet_v, memory_budget=memory, cell_id=cell_id)
+            result = ak.run(
+                cell.source, wall_budget=wall_v, quiet_budget=quiet_v, memory_budget=memory, cell_id=cell_id
+            )
         else:
             submission = ak.submit(
-                cell.source, wall_budget=wall_v, quiet_budget=quiet_v, memory_budget=memory, cell_id=cell_id, want_status=False
+                cell.source,
+                wall_budget=wall_v,
+                quiet_budget=quiet_v,
+                memory_budget=memory,
+                cell_id=cell_id,
+                want_status=False,
             )
             while not submission.wait(hooks.live_every):
                 hooks.cell_running(index, cell, submission.watch.outputs)
@@ -228,7 +229,11 @@ def report_text(result: CellResult) -> str:
     for action in result.actions:
         lines.append(f"  {action.get('action')}: {action.get('outcome') or '(no outcome recorded)'}")
     if result.status in ("restarted", "died"):
-        restored = f"{plural(len(result.restored), 'name')} restored from checkpoint {result.checkpoint!r}" if result.restored else "nothing restored"
+        restored = (
+            f"{plural(len(result.restored), 'name')} restored from checkpoint {result.checkpoint!r}"
+            if result.restored
+            else "nothing restored"
+        )
         lines.append(f"  state: {result.state} ({restored}); later cells run in a new kernel")
     elif result.status == "interrupted":
         lines.append("  state: suspect (the cell stopped part-way; its variables may be half-updated)")

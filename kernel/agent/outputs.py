@@ -91,7 +91,11 @@ class OutputCollector:
             return
         out: dict[str, t.Any] = {"output_type": msg_type}
         if msg_type == "error":
-            out.update(ename=content.get("ename", ""), evalue=content.get("evalue", ""), traceback=list(content.get("traceback", [])))
+            out.update(
+                ename=content.get("ename", ""),
+                evalue=content.get("evalue", ""),
+                traceback=list(content.get("traceback", [])),
+            )
         else:
             out["data"] = content.get("data", {})
             out["metadata"] = content.get("metadata", {})
@@ -123,7 +127,9 @@ class OutputCollector:
     def _over_cap(self, out: dict) -> bool:
         if self.max_output_bytes is None:
             return False
-        size = sum(len(str(v)) for v in out.get("data", {}).values()) + sum(len(line) for line in out.get("traceback", []))
+        size = sum(len(str(v)) for v in out.get("data", {}).values()) + sum(
+            len(line) for line in out.get("traceback", [])
+        )
         if out["output_type"] != "error" and self.size + size > self.max_output_bytes:
             self.dropped += size
             return True

@@ -44,8 +44,15 @@ class CellPlan:
         """Our kernel enforces the budgets itself (the client trips behind it); the notes for what nobody enforces."""
         notes = []
         if self.memory_budget and not kernel_has_budgets:
-            notes.append(f"memory_budget={self.memory_budget} was not enforced: only cancelkernel measures a cell's memory ({kernel_name!r} does not)")
-        wanted = {"wall_budget": self.wall_budget, "quiet_budget": self.quiet_budget, "memory_budget": self.memory_budget}
+            notes.append(
+                f"memory_budget={self.memory_budget} was not enforced: only cancelkernel measures a cell's memory "
+                f"({kernel_name!r} does not)"
+            )
+        wanted = {
+            "wall_budget": self.wall_budget,
+            "quiet_budget": self.quiet_budget,
+            "memory_budget": self.memory_budget,
+        }
         if self.may_interrupt and kernel_has_budgets and any(wanted.values()):
             self.kernel_metadata = {"cancelkernel": {k: v for k, v in wanted.items() if v}}
             self.kernel_enforces = bool(self.wall_budget or self.quiet_budget)
@@ -61,6 +68,8 @@ class Restored:
     skipped: list[dict] = field(default_factory=list)
     checkpoint: str | None = None
     note: str | None = None
+    # A checkpoint saved before the restart did not come back: `note` says which, where it was looked for, and why.
+    missing: bool = False
 
 
 class Policy:

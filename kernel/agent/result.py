@@ -10,7 +10,7 @@ from ..protocol import AGENT_REASONS as REASONS
 from ..protocol import STATES, STATUSES, State, Status
 from ..words import plural
 
-__all__ = ["CellResult", "REASONS", "STATES", "STATUSES"]
+__all__ = ["REASONS", "STATES", "STATUSES", "CellResult"]
 
 
 @dataclass
@@ -38,6 +38,8 @@ class CellResult:
     restored: list[str] = field(default_factory=list)
     restore_skipped: list[dict] = field(default_factory=list)
     checkpoint: str | None = None
+    # State lost although a checkpoint was saved before the restart: which one, where it was looked for, and why.
+    lost_reason: str | None = None
     error_name: str | None = None
     error_value: str | None = None
     traceback: list[str] = field(default_factory=list)
@@ -47,8 +49,10 @@ class CellResult:
     kernel: dict[str, t.Any] = field(default_factory=dict)
     output_bytes_dropped: int = 0
     timings: dict[str, t.Any] = field(default_factory=dict)  # after a restart: seconds from the decision to each step
-    notes: list[str] = field(default_factory=list)  # what could not be had (e.g. a remote kernel's stack dump), said, never faked
-    events: list[dict] = field(default_factory=list)  # our kernel's events about this cell (runaway, unresponsive, ...), in order
+    # What could not be had (e.g. a remote kernel's stack dump), said, never faked
+    notes: list[str] = field(default_factory=list)
+    # Our kernel's events about this cell (runaway, unresponsive, ...), in order
+    events: list[dict] = field(default_factory=list)
     memory: dict | None = None  # after a memory trip: the kernel's measures and the biggest names (docs/protocol.md)
     cause: str | None = None  # status "died": "oom" (an OOM kill was counted) or "unknown"
 
@@ -98,6 +102,8 @@ class CellResult:
             text += f"; {self.reason_text}"
         if self.status in ("restarted", "died"):
             text += f"; state {self.state}"
+            if self.lost_reason:
+                text += f": {self.lost_reason}"
             if self.restored:
                 text += f" ({plural(len(self.restored), 'name')} restored from checkpoint {self.checkpoint!r})"
         return text

@@ -1,28 +1,18 @@
-"""A live view of one running cell, and cells run in the background.
+"""A live view of one running cell.
 
 The run loop (run.py) writes a `CellWatch` as it goes: the execute_request's
 msg_id, the outputs so far, when the cell last spoke, what the kernel says
 about it (`cancel_status`, refreshed about once a second when asked for), the
 interventions.  Another thread reads it: an MCP server answering "how is
 that cell doing?" while `AgentKernel.run` is busy, or a progress line.
-
-`Submission` is a cell run on the AgentKernel's own background thread
-(`AgentKernel.submit`): wait for it for a while, read its watch meanwhile,
-interrupt it (its one interrupt), and collect its CellResult at the end.
 """
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 import typing as t
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-
-from .errors import BadInputError
-from .result import CellResult
-from .threads import start_thread
 
 # How often the run loop asks our kernel for its status while a watch wants it.
 STATUS_EVERY = 1.0
@@ -71,76 +61,3 @@ class CellWatch:
             "actions": [a.get("action") for a in self.actions],
             "finished": self.finished.is_set(),
         }
-
-
-class Submission:
-    """One cell running on an AgentKernel's background thread."""
-
-    def __init__(self, run: t.Callable[[CellWatch], CellResult], interrupt: t.Callable[[], None], *, want_status: bool = True):
-        self.watch = CellWatch(want_status=want_status)
-        self._interrupt = interrupt
-        self._result: CellResult | None = None
-        self._error: BaseException | None = None
-        self._thread = start_thread(self._go, run, name="cancelkernel-agent-cell")
-
-    def _go(self, run: t.Callable[[CellWatch], CellResult]) -> None:
-        try:
-            self._result = run(self.watch)
-        except BaseException as exc:  # noqa: BLE001 - handed to whoever waits (RunawayCellError included)
-            self._error = exc
-        finally:
-            self.watch.finished.set()
-
-    @property
-    def done(self) -> bool:
-        return self.watch.finished.is_set()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """True once the cell has finished (within `timeout` seconds)."""
-        return self.watch.finished.wait(timeout)
-
-    def result(self, timeout: float | None = None) -> CellResult:
-        """The CellResult (raising what run() raised); TimeoutError if still running after `timeout`."""
-        if not self.watch.finished.wait(timeout):
-            raise TimeoutError(f"the cell {self.watch.msg_id or '(not sent yet)'} is still running")
-        if self._error is not None:
-            raise self._error
-        assert self._result is not None
-        return self._result
-
-    def interrupt(self) -> None:
-        """The cell's one interrupt (then the policy's escalation), as AgentKernel.interrupt."""
-        self._interrupt()
-
-
-class Turn:
-    """Whose turn it is on one kernel: a second caller gets a clear error, never a tangled socket."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.watch: CellWatch | None = None  # the running cell's, while one runs
-
-    @property
-    def busy(self) -> bool:
-        return self._lock.locked()
-
-    def try_claim(self) -> bool:
-        return self._lock.acquire(blocking=False)
-
-    def claim(self, doing: str) -> None:
-        if not self._lock.acquire(blocking=False):
-            running = self.watch
-            what = f"the cell {running.msg_id}" if running is not None and running.msg_id else "another call"
-            raise BadInputError(f"cannot {doing}: {what} is still in progress on this kernel; wait for it, or interrupt it first")
-
-    def release(self) -> None:
-        self.watch = None
-        self._lock.release()
-
-    @contextlib.contextmanager
-    def exclusive(self, doing: str) -> Iterator[None]:
-        self.claim(doing)
-        try:
-            yield
-        finally:
-            self.release()

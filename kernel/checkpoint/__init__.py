@@ -11,7 +11,8 @@ cannot be saved is listed in the manifest with the reason.  Files are
 owner-only and committed atomically; restore refuses files anyone else could
 have written, because unpickling runs code.  docs/checkpoints.md has it all.
 
-Owns: the namespace logic (`save`, `restore`, `model`, `source`, `pickling`),
+Owns: the namespace logic (`save`, `restore`, `model`, `source`, `pickling`,
+`buffers`, `prepared`),
 the files (`store`, `manifests`), and the kernel's glue (`settings`, `shell`,
 `magics`).  May import: the standard library, traitlets and IPython (settings
 and magics only), the shared pure modules.  Never the runtime, the kernel
@@ -36,6 +37,7 @@ from .model import Manifest as Manifest
 from .model import RestoreReport as RestoreReport
 from .model import Skipped as Skipped
 from .model import user_items as user_items
+from .prepared import PreparedMemory as PreparedMemory
 from .restore import prepare as prepare
 from .restore import restore as restore
 from .save import save as save
@@ -45,13 +47,14 @@ __all__ = [
     "DEFAULT_NAME",
     "DEFAULT_SIZE_LIMIT",
     "BadCheckpointName",
-    "CheckpointStoreError",
     "CheckpointInfo",
     "CheckpointNotFound",
+    "CheckpointStoreError",
     "CheckpointTooLarge",
     "CheckpointWriteError",
     "CorruptCheckpoint",
     "Manifest",
+    "PreparedMemory",
     "RestoreReport",
     "Skipped",
     "UntrustedCheckpoint",

@@ -8,14 +8,14 @@ The stream and each buffer are checksummed in CHUNK-sized pieces, so a restore
 checks them on all cores at once (zlib.crc32 releases the GIL) before anything
 is unpickled.  On restore the file is mapped copy-on-write: arrays come back as
 views of the map (nothing is copied; a page is copied the first time it is
-written); a bytearray is read straight into its own unzeroed memory, a chunk
-per core, each checked as it arrives; array.array is copied out of the map once.
+written); a bytearray is read straight into its own unzeroed memory (prepared.py:
+huge pages, or memory a warm spare faulted in ahead), a chunk per core, each
+checked as it arrives; array.array is copied out of the map once.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import ctypes
 import mmap
 import os
 import pickle
@@ -23,6 +23,8 @@ import typing as t
 import zlib
 from collections.abc import Callable
 from typing import Any
+
+from .prepared import PreparedMemory, new_bytearray
 
 OOB_MIN = 1 << 20
 CHUNK = 64 << 20
@@ -33,6 +35,10 @@ LAYOUT = 2
 
 class Damaged(Exception):
     """A variable's bytes are not what was saved (size or checksum differ)."""
+
+
+# What every checksum check says when the bytes differ.
+CHANGED = "its bytes do not match the checksum recorded when it was saved: the file was changed or damaged"
 
 
 class ChunkedCrc:
@@ -63,7 +69,8 @@ def padding(offset: int) -> int:
 
 
 def out_of_band(buffers: list[pickle.PickleBuffer]) -> Callable[[pickle.PickleBuffer], bool]:
-    """The pickler's buffer_callback: large buffers are kept in `buffers` (out of band), small ones stay in the stream."""
+    """The pickler's buffer_callback: large buffers are kept in `buffers` (out of band),
+    small ones stay in the stream."""
 
     def keep(buffer: pickle.PickleBuffer) -> bool:
         if buffer.raw().nbytes < OOB_MIN:
@@ -87,7 +94,7 @@ def _check_coverage(length: int, chunks: list[int]) -> None:
 
 def _check_crcs(found: list[int], chunks: list[int]) -> None:
     if found != chunks:
-        raise Damaged("its bytes do not match the checksum recorded when it was saved: the file was changed or damaged")
+        raise Damaged(CHANGED)
 
 
 def _per_chunk(work: Callable[[int], int], count: int) -> list[int]:
@@ -99,8 +106,11 @@ def _per_chunk(work: Callable[[int], int], count: int) -> list[int]:
         return list(pool.map(work, range(count)))
 
 
-def load(fd: int, entry: dict, unpickler: Callable[..., pickle.Unpickler]) -> Any:
-    """Load one layout-2 value file (fd is closed): check every region, then unpickle with the buffers."""
+def load(fd: int, entry: dict, unpickler: Callable[..., pickle.Unpickler], memory: PreparedMemory | None = None) -> Any:
+    """Load one layout-2 value file (fd is closed): check every region, then unpickle with the buffers.
+
+    `memory`: bytearrays faulted in ahead, taken for the bytearrays of their size.
+    """
     try:
         size, stream, stream_chunks, spans = _layout(entry)
         actual = os.fstat(fd).st_size
@@ -112,7 +122,7 @@ def load(fd: int, entry: dict, unpickler: Callable[..., pickle.Unpickler]) -> An
         buffers: list[Any] = []
         for offset, length, copy, chunks in spans:
             if copy:  # a bytearray owns its memory: read it there directly, checked as it comes in
-                buffers.append(read_verified(fd, offset, length, chunks))
+                buffers.append(read_verified(fd, offset, length, chunks, memory))
             else:
                 verify(view[offset : offset + length], chunks)
                 buffers.append(view[offset : offset + length])
@@ -122,16 +132,19 @@ def load(fd: int, entry: dict, unpickler: Callable[..., pickle.Unpickler]) -> An
         os.close(fd)
 
 
-def read_verified(fd: int, offset: int, length: int, chunks: list[int]) -> bytearray:
-    """`length` bytes of the file at `offset` as a new bytearray, each CHUNK read and checked on its own core; Damaged if one differs.
+def read_verified(
+    fd: int, offset: int, length: int, chunks: list[int], memory: PreparedMemory | None = None
+) -> bytearray:
+    """`length` bytes of the file at `offset` as a new bytearray, each CHUNK read and checked on its own core;
+    Damaged if one differs.
 
-    The bytearray's memory is not zeroed first (it is about to be overwritten
-    whole), so its pages are first touched by the reads, on every core at once:
-    on this kind of machine filling new memory, not copying, is what a restore
-    of a large bytearray costs.
+    The bytearray is one `memory` prepared ahead, else new memory not zeroed
+    first (it is about to be overwritten whole), whose pages are first touched
+    by the reads, on every core at once: on this kind of machine filling new
+    memory is much of what a restore of a large bytearray costs.
     """
     _check_coverage(length, chunks)
-    own = _unfilled_bytearray(length)
+    own = (memory.take(length) if memory is not None else None) or new_bytearray(length)
     view = memoryview(own)
 
     def one(i: int) -> int:
@@ -147,23 +160,6 @@ def read_verified(fd: int, offset: int, length: int, chunks: list[int]) -> bytea
     return own
 
 
-def _unfilled_bytearray(length: int) -> bytearray:
-    """A bytearray of `length` bytes whose memory is not written first (CPython's PyByteArray_FromStringAndSize(NULL, n))."""
-    global _from_string_and_size
-    if _from_string_and_size is None:
-        try:
-            make = ctypes.pythonapi.PyByteArray_FromStringAndSize
-        except AttributeError:  # not CPython: a zeroed one does as well, only slower
-            return bytearray(length)
-        make.restype = ctypes.py_object
-        make.argtypes = [ctypes.c_char_p, ctypes.c_ssize_t]
-        _from_string_and_size = make
-    return t.cast(bytearray, _from_string_and_size(None, length))
-
-
-_from_string_and_size: Any = None
-
-
 def _read_at(fd: int, into: memoryview, offset: int) -> None:
     got = 0
     while got < len(into):
@@ -173,9 +169,21 @@ def _read_at(fd: int, into: memoryview, offset: int) -> None:
         got += n
 
 
+def owned_sizes(entry: dict) -> list[int]:
+    """Sizes of the buffers a restore of this layout-2 entry reads into memory of their own (bytearrays);
+    [] if none or malformed."""
+    try:
+        return [length for _, length, copy, _ in _layout(entry)[3] if copy]
+    except Damaged:
+        return []
+
+
 def _layout(entry: dict) -> tuple[int, int, list[int], list[tuple[int, int, bool, list[int]]]]:
     size, stream, chunks, spans = entry.get("size"), entry.get("stream"), entry.get("chunks"), entry.get("buffers")
-    if not (isinstance(size, int) and isinstance(stream, int) and _crcs(chunks) and isinstance(spans, list)) or not 0 <= stream <= size:
+    if (
+        not (isinstance(size, int) and isinstance(stream, int) and _crcs(chunks) and isinstance(spans, list))
+        or not 0 <= stream <= size
+    ):
         raise Damaged("the manifest entry has no valid layout (size, stream, chunks, buffers)")
     checked = []
     for span in spans:

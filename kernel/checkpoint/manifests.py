@@ -17,6 +17,7 @@ from .store import (
     LATEST,
     MANIFEST,
     MAX_MANIFEST_BYTES,
+    READ_FLAGS,
     check_trusted,
     check_trusted_dir,
     open_trusted,
@@ -40,9 +41,8 @@ def write_manifest(checkpoint_path: str, manifest: dict) -> None:
 def read_manifest(checkpoint_path: str, *, trusted: bool = True) -> dict:
     """The manifest of one checkpoint; with `trusted`, refuse files others own or can write."""
     path = os.path.join(checkpoint_path, MANIFEST)
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
     try:
-        fd = open_trusted(path, what="checkpoint manifest") if trusted else os.open(path, flags)
+        fd = open_trusted(path, what="checkpoint manifest") if trusted else os.open(path, READ_FLAGS)
     except FileNotFoundError:
         raise CheckpointNotFound(f"no checkpoint manifest at {path}") from None
     try:
@@ -138,18 +138,25 @@ def iter_checkpoints(directory: str) -> Iterator[CheckpointInfo]:
             continue
         totals = m.get("totals", {})
         info = CheckpointInfo(
-            name, path, float(m.get("saved", 0.0)), int(totals.get("names", 0)), int(totals.get("skipped", 0)), int(totals.get("bytes", 0))
+            name,
+            path,
+            float(m.get("saved", 0.0)),
+            int(totals.get("names", 0)),
+            int(totals.get("skipped", 0)),
+            int(totals.get("bytes", 0)),
         )
         try:
             check_trusted_dir(path, what="checkpoint directory")
-            check_trusted(os.path.join(path, MANIFEST), os.lstat(os.path.join(path, MANIFEST)), what="checkpoint manifest")
+            check_trusted(
+                os.path.join(path, MANIFEST), os.lstat(os.path.join(path, MANIFEST)), what="checkpoint manifest"
+            )
         except CheckpointStoreError as exc:
             info.problem = str(exc)
         yield info
 
 
-def list_infos(directory: str) -> list[CheckpointInfo]:
-    """Checkpoints newest first, the latest one marked."""
+def list_checkpoints(directory: str) -> list[CheckpointInfo]:
+    """The checkpoints in `directory`, newest first, the latest one marked (reads manifests only)."""
     infos = sorted(iter_checkpoints(directory), key=lambda i: i.saved, reverse=True)
     latest = latest_name(directory, infos)
     for info in infos:
@@ -184,12 +191,17 @@ def remove_stale(checkpoint_path: str, keep: str) -> None:
             remove_quietly(path)
 
 
-def drop_checkpoint(directory: str, name: str) -> str:
-    """Delete one named checkpoint; move the latest mark to the newest remaining one. Returns its path."""
-    path = checkpoint_dir(directory, name)
+def not_found(directory: str, name: str) -> CheckpointNotFound:
+    """No checkpoint `name` in `directory`: the error names those there are."""
+    available = ", ".join(i.name for i in list_checkpoints(directory)) or "none"
+    return CheckpointNotFound(f"no checkpoint named {name!r} in {directory} (available: {available})")
+
+
+def drop(directory: str, name: str) -> str:
+    """Delete checkpoint `name`; move the latest mark to the newest remaining one. Returns the path removed."""
+    path = checkpoint_dir(directory, name)  # refuses a bad name before anything is touched
     if not os.path.isdir(path) or os.path.islink(path):
-        available = ", ".join(i.name for i in list_infos(directory)) or "none"
-        raise CheckpointNotFound(f"no checkpoint named {name!r} in {directory} (available: {available})")
+        raise not_found(directory, name)
     # Rename first so the checkpoint disappears at once, even if the delete is slow or interrupted.
     doomed = os.path.join(directory, f".dropped-{name}-{secrets.token_hex(4)}")
     try:
@@ -219,14 +231,3 @@ def remove_leftovers(directory: str) -> None:
             remove_tree(path)
         elif entry.startswith(f"{LATEST}.tmp-") or entry.startswith(f".{LATEST}.tmp-"):
             remove_quietly(path)
-
-
-def list_checkpoints(directory: str) -> list[CheckpointInfo]:
-    """The checkpoints in `directory`, newest first, the latest one marked (reads manifests only)."""
-    return list_infos(directory)
-
-
-def drop(directory: str, name: str) -> str:
-    """Delete checkpoint `name`; returns the path removed."""
-    validate_name(name)
-    return drop_checkpoint(directory, name)

@@ -58,7 +58,7 @@ class Manifest:
 
     name: str
     path: str
-    saved: float
+    saved: float  # time.time() of the save: what `saved` means in the manifest, the reply and the list
     entries: list[dict]
     seconds: float
     bytes: int
@@ -69,7 +69,11 @@ class Manifest:
 
     @property
     def skipped(self) -> list[Skipped]:
-        return [Skipped(e["name"], e.get("reason", ""), e.get("kind", "value")) for e in self.entries if e.get("status") != "saved"]
+        return [
+            Skipped(e["name"], e.get("reason", ""), e.get("kind", "value"))
+            for e in self.entries
+            if e.get("status") != "saved"
+        ]
 
     def summary(self) -> str:
         head = (
@@ -79,11 +83,14 @@ class Manifest:
         return _with_skipped(head, self.skipped)
 
     def as_dict(self) -> dict:
+        """The fields of a save's checkpoint_reply (docs/protocol.md); the execute_reply metadata takes some of them."""
+        saved_names = self.saved_names
         return {
             "name": self.name,
             "path": self.path,
             "saved": self.saved,
-            "names": self.saved_names,
+            "names": len(saved_names),
+            "saved_names": saved_names,
             "skipped": [s.as_dict() for s in self.skipped],
             "bytes": self.bytes,
             "seconds": round(self.seconds, 6),
@@ -97,21 +104,21 @@ class RestoreReport:
 
     name: str
     path: str
-    saved: float
+    saved: float  # time.time() of the save this restore read
     restored: list[str] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
     seconds: float = 0.0
     bytes: int = 0
 
     def summary(self) -> str:
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.saved)) if self.saved else "?"
         head = (
             f"restored {plural(len(self.restored), 'name')} from checkpoint {self.name!r} "
-            f"(saved {when}, {size_text(self.bytes)}) in {self.seconds:.2f} s"
+            f"(saved {time_text(self.saved)}, {size_text(self.bytes)}) in {self.seconds:.2f} s"
         )
         return _with_skipped(head, self.skipped)
 
     def as_dict(self) -> dict:
+        """The fields of a restore's checkpoint_reply (docs/protocol.md)."""
         return {
             "name": self.name,
             "path": self.path,
@@ -128,6 +135,11 @@ def _with_skipped(head: str, skipped: list[Skipped]) -> str:
     if not skipped:
         return head
     return "\n  ".join([f"{head}; skipped {len(skipped)}:", *(s.line() for s in skipped)])
+
+
+def time_text(saved: float) -> str:
+    """A save's time as people read it (local time); "?" when a damaged manifest did not say."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(saved)) if saved else "?"
 
 
 def size_text(n: int) -> str:

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import array
+import contextlib
 import importlib
 import io
 import os
@@ -27,6 +28,7 @@ from typing import Any, BinaryIO
 
 from . import buffers as oob
 from .buffers import Damaged as Damaged
+from .prepared import PreparedMemory
 from .store import create_private_file, write_all
 
 PROTOCOL = 5
@@ -66,7 +68,9 @@ LEGACY_MODULE = "cancelkernel.checkpoint_pickle"
 
 def _namespace_ref(name: str) -> Any:
     """Placeholder resolved by `Unpickler.find_class`; reached only by a plain `pickle.load`."""
-    raise pickle.UnpicklingError(f"{name!r} is a name of a notebook namespace; load this file with cancelkernel.checkpoint.restore")
+    raise pickle.UnpicklingError(
+        f"{name!r} is a name of a notebook namespace; load this file with cancelkernel.checkpoint.restore"
+    )
 
 
 def _array_from_buffer(typecode: str, data: Any) -> array.array:
@@ -88,10 +92,9 @@ class _Whole:
 
 def _memoryview_from_buffer(data: Any, fmt: str, shape: tuple[int, ...], readonly: bool) -> memoryview:
     view = memoryview(data)
-    try:
+    # Formats cast() cannot rebuild come back as plain bytes.
+    with contextlib.suppress(TypeError, ValueError):
         view = view.cast("B").cast(fmt, shape) if shape else view  # type: ignore[call-overload]  # fmt comes from the saved view
-    except (TypeError, ValueError):
-        pass  # formats cast() cannot rebuild come back as plain bytes
     return view.toreadonly() if readonly else view
 
 
@@ -103,7 +106,9 @@ class Pickler(pickle.Pickler):
     pickled as references that the Unpickler resolves in the namespace.
     """
 
-    def __init__(self, file: Any, refs: dict[int, str], namespace: Mapping[str, Any], module: str, buffer_callback: Any = None):
+    def __init__(
+        self, file: Any, refs: dict[int, str], namespace: Mapping[str, Any], module: str, buffer_callback: Any = None
+    ):
         super().__init__(file, protocol=PROTOCOL, buffer_callback=buffer_callback)
         self._refs = refs
         self._namespace = namespace
@@ -242,7 +247,8 @@ class ValueWriter:
     def add_buffers(self, buffers: list[pickle.PickleBuffer], owned: set[int]) -> None:
         """After the stream: each out-of-band buffer, page-aligned and checksummed on its own, in the value's own file.
 
-        `owned`: id()s of buffers that come back as memory of their own (a bytearray variable), not as a view of the map.
+        `owned`: id()s of buffers that come back as memory of their own (a bytearray variable),
+        not as a view of the map.
         """
         for buffer in buffers:
             if self.fd is None:
@@ -282,17 +288,17 @@ class ValueWriter:
             os.close(self.fd)
             self.fd = None
         if self.spilled:
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(self.path)
-            except OSError:
-                pass
 
 
 def dump(value: Any, writer: ValueWriter, refs: dict[int, str], namespace: Mapping[str, Any], module: str) -> list[str]:
-    """Pickle `value` into `writer`, large buffers after the stream; the modules its pickle refers to (for a restore to import ahead)."""
+    """Pickle `value` into `writer`, large buffers after the stream;
+    the modules its pickle refers to (for a restore to import ahead)."""
     buffers: list[pickle.PickleBuffer] = []
     pickler = Pickler(writer, refs, namespace, module, buffer_callback=oob.out_of_band(buffers))
-    whole = type(value) is bytearray and len(value) >= oob.OOB_MIN  # bytes stay in the stream: read straight into their object
+    # Bytes stay in the stream: read straight into their object
+    whole = type(value) is bytearray and len(value) >= oob.OOB_MIN
     pickler.dump(_Whole(value) if whole else value)
     writer.end_stream()
     if buffers:
@@ -320,7 +326,7 @@ def verify_file(f: BinaryIO, offset: int, size: int, crc: int) -> None:
         got = zlib.crc32(view[:n], got)
         left -= n
     if got != crc:
-        raise Damaged("its bytes do not match the checksum recorded when it was saved: the file was changed or damaged")
+        raise Damaged(oob.CHANGED)
     f.seek(offset)
 
 
@@ -328,9 +334,9 @@ def load(f: BinaryIO, namespace: dict) -> Any:
     return Unpickler(f, namespace).load()
 
 
-def load_file(fd: int, entry: dict, namespace: dict) -> Any:
-    """A value's own file, layout 2 (buffers.py); fd is closed."""
-    return oob.load(fd, entry, lambda file, buffers: Unpickler(file, namespace, buffers))
+def load_file(fd: int, entry: dict, namespace: dict, memory: PreparedMemory | None = None) -> Any:
+    """A value's own file, layout 2 (buffers.py); fd is closed.  `memory`: bytearrays faulted in ahead (prepared.py)."""
+    return oob.load(fd, entry, lambda file, buffers: Unpickler(file, namespace, buffers), memory)
 
 
 def load_bytes(data: bytes, namespace: dict) -> Any:
@@ -339,7 +345,7 @@ def load_bytes(data: bytes, namespace: dict) -> Any:
 
 def check_segment(data: bytes, crc: int) -> None:
     if zlib.crc32(data) != crc:
-        raise Damaged("its bytes do not match the checksum recorded when it was saved: the file was changed or damaged")
+        raise Damaged(oob.CHANGED)
 
 
 def buffer_nbytes(value: Any) -> int | None:
@@ -356,4 +362,3 @@ def buffer_nbytes(value: Any) -> int | None:
         except Exception:  # noqa: BLE001 - a foreign property may raise anything
             return None
     return None
-

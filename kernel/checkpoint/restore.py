@@ -11,10 +11,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import pickling
-from .buffers import LAYOUT
+from .buffers import LAYOUT, owned_sizes
 from .errors import CheckpointNotFound, UntrustedCheckpoint
-from .manifests import checkpoint_dir, latest_name, list_infos, read_manifest
+from .manifests import checkpoint_dir, latest_name, not_found, read_manifest
 from .model import SMALL_FILE, RestoreReport, Skipped
+from .prepared import PreparedMemory
 from .source import RunSource
 from .source import run_source as default_run_source
 from .store import MANIFEST, check_trusted, check_trusted_dir, open_trusted
@@ -26,38 +27,52 @@ def restore(
     name: str | None = None,
     *,
     run_source: RunSource = default_run_source,
+    memory: PreparedMemory | None = None,
 ) -> RestoreReport:
     """Bring checkpoint `name` (default: the latest) back into `namespace`.
 
     Imports first, then cell sources, then data; a variable that fails is
     reported and the others still come back.  Refuses (UntrustedCheckpoint)
     files or directories not owned by you or writable by group/others.
+    `memory`: bytearrays `prepare` faulted in ahead; the restore fills those of
+    the right sizes and gives back the rest, whatever happens.
     """
     started = time.perf_counter()
-    name, cpath, manifest, data = _open_checkpoint(directory, name)
-    report = RestoreReport(name, cpath, float(manifest.get("saved", 0.0)))
-    loader = _Loader(data, namespace, run_source)
-    with _no_gc():
-        _restore_entries(manifest["entries"], loader, report)
+    try:
+        name, cpath, manifest, data = _open_checkpoint(directory, name)
+        report = RestoreReport(name, cpath, float(manifest.get("saved", 0.0)))
+        loader = _Loader(data, namespace, run_source, memory)
+        with _no_gc():
+            _restore_entries(manifest["entries"], loader, report)
+    finally:
+        if memory is not None:
+            memory.release()
     report.bytes = loader.bytes
     report.seconds = time.perf_counter() - started
     return report
 
 
-def prepare(directory: str, name: str | None = None) -> tuple[str, list[str], list[str]]:
+def prepare(
+    directory: str, name: str | None = None, *, memory: PreparedMemory | None = None, memory_limit: int = 0
+) -> tuple[str, list[str], list[str]]:
     """Import the modules checkpoint `name` (default: the latest) needs, so restoring it later only binds names.
 
     For a spare kernel waiting to replace this one.  The same trust checks as
-    restore run first; nothing is unpickled.  Returns (name, imported, failed).
+    restore run first; nothing is unpickled.  With `memory`, also fault in
+    memory for the checkpoint's large bytearrays, at most `memory_limit` bytes,
+    for `restore(..., memory=memory)` to fill.  Returns (name, imported, failed).
     """
     name, _, manifest, _ = _open_checkpoint(directory, name)
     wanted: list[str] = []
+    sizes: list[int] = []
     for entry in manifest.get("entries") or []:
         if not isinstance(entry, dict) or entry.get("status") != "saved":
             continue
         if entry.get("kind") == "module" and isinstance(entry.get("module"), str):
             wanted.append(entry["module"])
         wanted.extend(m for m in entry.get("imports") or [] if isinstance(m, str))
+        if entry.get("layout") == LAYOUT:
+            sizes.extend(owned_sizes(entry))
     imported, failed = [], []
     for module in dict.fromkeys(wanted):
         try:
@@ -66,11 +81,14 @@ def prepare(directory: str, name: str | None = None) -> tuple[str, list[str], li
             failed.append(module)
         else:
             imported.append(module)
+    if memory is not None:
+        memory.fill(sizes, memory_limit)
     return name, imported, failed
 
 
 def _open_checkpoint(directory: str, name: str | None) -> tuple[str, str, dict, str]:
-    """Find checkpoint `name` (default: the latest), check it is trusted, read its manifest: (name, path, manifest, data dir)."""
+    """Find checkpoint `name` (default: the latest), check it is trusted, read its manifest:
+    (name, path, manifest, data dir)."""
     if not os.path.isdir(directory):
         raise CheckpointNotFound(f"no checkpoints in {directory} yet; save one first (%checkpoint save)")
     check_trusted_dir(directory, what="checkpoint directory", follow=True)
@@ -80,8 +98,7 @@ def _open_checkpoint(directory: str, name: str | None) -> tuple[str, str, dict, 
             raise CheckpointNotFound(f"no checkpoints in {directory} yet; save one first (%checkpoint save)")
     cpath = checkpoint_dir(directory, name)
     if not os.path.isfile(os.path.join(cpath, MANIFEST)):
-        available = ", ".join(i.name for i in list_infos(directory)) or "none"
-        raise CheckpointNotFound(f"no checkpoint named {name!r} in {directory} (available: {available})")
+        raise not_found(directory, name)
     check_trusted_dir(cpath, what="checkpoint directory")
     manifest = read_manifest(cpath)
     data = os.path.join(cpath, manifest["data"])
@@ -155,10 +172,11 @@ def _apply(loader: _Loader, entry: dict, report: RestoreReport, *, last_try: boo
 class _Loader:
     """Turns manifest entries back into namespace bindings."""
 
-    def __init__(self, data: str, namespace: dict, run_source: RunSource):
+    def __init__(self, data: str, namespace: dict, run_source: RunSource, memory: PreparedMemory | None = None):
         self.data = data
         self.namespace = namespace
         self.run_source = run_source
+        self.memory = memory
         self.bytes = 0
         self._small: bytes | None = None
 
@@ -201,12 +219,14 @@ class _Loader:
         if file == SMALL_FILE:
             blob = self._small_file()
             if len(blob) < offset + size:
-                raise pickling.Damaged(f"{SMALL_FILE} is {len(blob)} bytes, the manifest expects at least {offset + size}: truncated")
+                raise pickling.Damaged(
+                    f"{SMALL_FILE} is {len(blob)} bytes, the manifest expects at least {offset + size}: truncated"
+                )
             segment = blob[offset : offset + size]
             pickling.check_segment(segment, crc)
             value = pickling.load_bytes(segment, self.namespace)
         elif entry.get("layout") == LAYOUT:
-            value = pickling.load_file(self._open(file), entry, self.namespace)
+            value = pickling.load_file(self._open(file), entry, self.namespace, self.memory)
         else:  # a value file saved before layout 2: one checksum, buffers in the stream
             fd = self._open(file)
             with os.fdopen(fd, "rb") as f:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -16,7 +17,16 @@ from .errors import CheckpointStoreError, CheckpointTooLarge, CheckpointWriteErr
 from .manifests import checkpoint_dir, read_manifest, remove_leftovers, remove_stale, write_latest, write_manifest
 from .model import DEFAULT_NAME, DEFAULT_SIZE_LIMIT, SMALL_FILE, Manifest, size_text, user_items
 from .source import NoSource, default_cell_files, is_cell_defined, source_of
-from .store import FORMAT, FORMAT_VERSION, MANIFEST, ensure_private_dir, fsync_dir, new_data_dir, remove_tree, validate_name
+from .store import (
+    FORMAT,
+    FORMAT_VERSION,
+    MANIFEST,
+    ensure_private_dir,
+    fsync_dir,
+    new_data_dir,
+    remove_tree,
+    validate_name,
+)
 
 
 def save(
@@ -43,7 +53,8 @@ def save(
         estimate = sum(n for n in (pickling.buffer_nbytes(v) for _, v in items) if n)
         if estimate > total_limit:
             raise CheckpointTooLarge(
-                f"not saved: the namespace holds at least {size_text(estimate)} of buffers, over the limit of {size_text(total_limit)}"
+                f"not saved: the namespace holds at least {size_text(estimate)} of buffers, "
+                f"over the limit of {size_text(total_limit)}"
             )
     root = ensure_private_dir(directory)
     remove_leftovers(root)
@@ -90,10 +101,9 @@ def save(
             raise _write_error(name, root, exc, had_previous) from exc
         raise
     remove_stale(cpath, keep=os.path.basename(data))
-    try:
+    # The checkpoint is committed; without the mark, "latest" falls back to the newest manifest.
+    with contextlib.suppress(OSError):
         write_latest(root, name, saved)
-    except OSError:
-        pass  # the checkpoint is committed; without the mark, "latest" falls back to the newest manifest
     return Manifest(name, cpath, saved, entries, seconds, nbytes)
 
 
@@ -245,7 +255,7 @@ def _write_value(
         _refund(budget, writer)
         entry.update(status="skipped", reason=_over_limit(size_limit))
         return
-    except Exception as exc:  # noqa: BLE001 - any error of the value's own pickling skips that value only
+    except Exception as exc:  # any error of the value's own pickling skips that value only
         writer.discard()
         if writer.io_error is not None:
             raise writer.io_error from None  # the disk failed, not the value: abandon the save
@@ -262,8 +272,14 @@ def _write_value(
         entry["imports"] = imports
     if writer.spilled:
         # Its own file: buffers out of band, a checksum per chunk (checkpoint/buffers.py).
-        entry.update(file=os.path.basename(path), offset=0, layout=LAYOUT, stream=writer.stream, chunks=writer.stream_chunks,
-                     buffers=writer.spans)
+        entry.update(
+            file=os.path.basename(path),
+            offset=0,
+            layout=LAYOUT,
+            stream=writer.stream,
+            chunks=writer.stream_chunks,
+            buffers=writer.spans,
+        )
     else:
         entry.update(file=SMALL_FILE, offset=small.append(writer.memory), crc32=writer.crc)
 

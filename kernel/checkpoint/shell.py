@@ -12,7 +12,6 @@ The kernel owns one `ShellCheckpoints` for its shell and hands it to (see docs/c
 from __future__ import annotations
 
 import sys
-import time
 import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -21,7 +20,8 @@ from ..words import plural
 from . import manifests
 from .errors import CheckpointNotFound, CheckpointStoreError, CheckpointTooLarge
 from .manifests import CheckpointInfo
-from .model import Manifest, RestoreReport, size_text
+from .model import Manifest, RestoreReport, size_text, time_text
+from .prepared import PreparedMemory
 from .restore import prepare as prepare_restore
 from .restore import restore as restore_namespace
 from .save import save as save_namespace
@@ -36,13 +36,26 @@ ACTIONS = ("save", "restore", "list", "drop", "prepare")
 
 
 class ShellCheckpoints:
-    """save / restore / list / drop for one shell's user namespace, in one directory."""
+    """save / restore / list / drop / prepare for one shell's user namespace, in one directory.
 
-    def __init__(self, shell: Any, settings: CheckpointSettings, directory_getter: Callable[[], str] | None = None):
+    `room`: bytes the kernel may still take before its memory guard acts (None:
+    unknown); a prepare faults in at most half of it.
+    """
+
+    def __init__(
+        self,
+        shell: Any,
+        settings: CheckpointSettings,
+        directory_getter: Callable[[], str] | None = None,
+        room: Callable[[], int | None] | None = None,
+    ):
         self.shell = shell
         self.settings = settings
         self.directory_getter = directory_getter  # None: settings.resolve_directory
-        self.start_restore_pending = settings.restore_on_start != "off"  # restore_on_start, until the first cell or a restore
+        self.room = room
+        # restore_on_start, until the first cell or a restore
+        self.start_restore_pending = settings.restore_on_start != "off"
+        self.memory = PreparedMemory()  # what a prepare faulted in for the next restore
 
     @property
     def directory(self) -> str:
@@ -61,10 +74,20 @@ class ShellCheckpoints:
 
     def restore(self, name: str | None = None) -> RestoreReport:
         self.start_restore_pending = False  # a client restored on its own: the kernel does not do it again
-        return restore_namespace(self.shell.user_ns, self.directory, name)
+        return restore_namespace(self.shell.user_ns, self.directory, name, memory=self.memory)
 
     def prepare(self, name: str | None = None) -> tuple[str, list[str], list[str]]:
-        return prepare_restore(self.directory, name)
+        return prepare_restore(self.directory, name, memory=self.memory, memory_limit=self.memory_limit())
+
+    def memory_limit(self) -> int:
+        """What a prepare may fault in: prepare_memory, and never more than half the room left below
+        the memory guard."""
+        room = self.room() if self.room is not None else None
+        return self.settings.prepare_memory if room is None else min(self.settings.prepare_memory, room // 2)
+
+    def release_prepared(self) -> int:
+        """Give back what a prepare faulted in (a cell runs: no restore is coming); the bytes given back."""
+        return self.memory.release()
 
     def list_checkpoints(self) -> list[CheckpointInfo]:
         return manifests.list_checkpoints(self.directory)
@@ -75,7 +98,12 @@ class ShellCheckpoints:
     def _cell_files(self) -> list[str]:
         """Cells' linecache names, newest first (IPython maps each to its execution count)."""
         numbered = getattr(getattr(self.shell, "compile", None), "_filename_map", None) or {}
-        cells = [f for f, _ in sorted(numbered.items(), key=lambda item: item[1] if isinstance(item[1], int) else 0, reverse=True)]
+        cells = [
+            f
+            for f, _ in sorted(
+                numbered.items(), key=lambda item: item[1] if isinstance(item[1], int) else 0, reverse=True
+            )
+        ]
         return cells + default_cell_files()
 
 
@@ -89,11 +117,17 @@ def handle_checkpoint_request(binding: ShellCheckpoints, content: Mapping[str, A
     name = content.get("name")
     base: dict[str, Any] = {"action": action, "name": name}
     if action not in ACTIONS:
-        return _error(base, "ValueError", f"checkpoint_request 'action' must be one of {', '.join(ACTIONS)}, not {action!r}")
+        return _error(
+            base, "ValueError", f"checkpoint_request 'action' must be one of {', '.join(ACTIONS)}, not {action!r}"
+        )
     if name is not None and not isinstance(name, str):
-        return _error(base, "ValueError", f"checkpoint_request 'name' must be a string or absent, not {type(name).__name__}")
+        return _error(
+            base, "ValueError", f"checkpoint_request 'name' must be a string or absent, not {type(name).__name__}"
+        )
     if action == "drop" and not name:
-        return _error(base, "ValueError", "checkpoint_request action 'drop' needs the 'name' of the checkpoint to delete")
+        return _error(
+            base, "ValueError", "checkpoint_request action 'drop' needs the 'name' of the checkpoint to delete"
+        )
     reply: dict[str, Any] = {
         "status": "ok",
         **base,
@@ -107,27 +141,9 @@ def handle_checkpoint_request(binding: ShellCheckpoints, content: Mapping[str, A
     try:
         reply["directory"] = binding.directory
         if action == "save":
-            manifest = binding.save(name)
-            reply.update(
-                name=manifest.name,
-                path=manifest.path,
-                saved=manifest.saved_names,
-                skipped=[s.as_dict() for s in manifest.skipped],
-                bytes=manifest.bytes,
-                seconds=round(manifest.seconds, 6),
-                summary=manifest.summary(),
-            )
+            reply.update(binding.save(name).as_dict())
         elif action == "restore":
-            report = binding.restore(name)
-            reply.update(
-                name=report.name,
-                path=report.path,
-                restored=report.restored,
-                skipped=[s.as_dict() for s in report.skipped],
-                bytes=report.bytes,
-                seconds=round(report.seconds, 6),
-                summary=report.summary(),
-            )
+            reply.update(binding.restore(name).as_dict())
         elif action == "list":
             infos = binding.list_checkpoints()
             reply["checkpoints"] = [i.as_dict() for i in infos]
@@ -135,8 +151,10 @@ def handle_checkpoint_request(binding: ShellCheckpoints, content: Mapping[str, A
             reply["summary"] = format_list(infos, reply["directory"])
         elif action == "prepare":
             reply["name"], reply["imported"], failed = binding.prepare(name)
-            reply["summary"] = f"imported {plural(len(reply['imported']), 'module')} checkpoint {reply['name']!r} needs" + (
-                f"; could not import {', '.join(failed)}" if failed else "")
+            reply["prepared"] = binding.memory.held
+            reply["summary"] = prepare_summary(
+                reply["name"], reply["imported"], failed, reply["prepared"], binding.memory.note
+            )
         else:
             reply["path"] = binding.drop(name)  # type: ignore[arg-type]
             reply["summary"] = f"dropped checkpoint {name!r}"
@@ -145,6 +163,16 @@ def handle_checkpoint_request(binding: ShellCheckpoints, content: Mapping[str, A
     except Exception as exc:  # noqa: BLE001 - the reply must say what went wrong, whatever it was
         return _error(base, type(exc).__name__, str(exc), traceback.format_exception(type(exc), exc, exc.__traceback__))
     return reply
+
+
+def prepare_summary(name: str, imported: list[str], failed: list[str], prepared: int, note: str) -> str:
+    """What a prepare did, in one line."""
+    said = f"imported {plural(len(imported), 'module')} checkpoint {name!r} needs"
+    if failed:
+        said += f"; could not import {', '.join(failed)}"
+    if prepared:
+        said += f"; {size_text(prepared)} of memory faulted in for its bytearrays"
+    return f"{said}; {note}" if note else said
 
 
 def _error(base: dict, ename: str, evalue: str, tb: list[str] | None = None) -> dict:
@@ -158,9 +186,10 @@ def format_list(infos: list[CheckpointInfo], directory: str) -> str:
     width = max(4, *(len(i.name) for i in infos))
     lines = [f"  {'name':<{width}}  {'saved':<19}  {'names':>5}  {'skipped':>7}  {'size':>9}"]
     for i in infos:
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(i.saved)) if i.saved else "?"
         mark = "*" if i.latest else " "
-        lines.append(f"{mark} {i.name:<{width}}  {when:<19}  {i.names:>5}  {i.skipped:>7}  {size_text(i.bytes):>9}")
+        lines.append(
+            f"{mark} {i.name:<{width}}  {time_text(i.saved):<19}  {i.names:>5}  {i.skipped:>7}  {size_text(i.bytes):>9}"
+        )
         if i.problem:
             lines.append(f"    ! {i.problem}")
     lines.append(f"(* latest; in {directory})")
@@ -180,7 +209,7 @@ def save_before(checkpoints: ShellCheckpoints) -> dict:
     except CheckpointStoreError as exc:
         print(f"checkpoint before this cell failed, the cell runs without one: {exc}", file=sys.stderr)
         return {"name": BEFORE_NAME, "status": "error", "ename": type(exc).__name__, "evalue": str(exc)}
-    return _saved(manifest)
+    return _metadata(manifest)
 
 
 def restore_on_start(checkpoints: ShellCheckpoints) -> None:
@@ -226,15 +255,13 @@ def maybe_autosave(checkpoints: ShellCheckpoints, reply_status: str | None) -> d
     except CheckpointStoreError as exc:
         print(f"autosave failed: {exc}", file=sys.stderr)
         return {"name": AUTOSAVE_NAME, "status": "error", "ename": type(exc).__name__, "evalue": str(exc)}
-    return _saved(manifest)
+    return _metadata(manifest)
 
 
-def _saved(manifest: Manifest) -> dict:
-    return {
-        "name": manifest.name,
-        "status": "ok",
-        "names": len(manifest.saved_names),
-        "skipped": [s.as_dict() for s in manifest.skipped],
-        "bytes": manifest.bytes,
-        "seconds": round(manifest.seconds, 6),
-    }
+# What execute_reply metadata keeps of a save's reply fields: how many names, not which, so each reply stays small.
+_METADATA_FIELDS = ("name", "names", "skipped", "bytes", "seconds")
+
+
+def _metadata(manifest: Manifest) -> dict:
+    saved = manifest.as_dict()
+    return {"status": "ok", **{key: saved[key] for key in _METADATA_FIELDS}}

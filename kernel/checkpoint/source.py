@@ -74,7 +74,9 @@ def _function_source(fn: types.FunctionType) -> tuple[str, str]:
     try:
         source = textwrap.dedent(inspect.getsource(fn))
     except (OSError, TypeError) as exc:
-        raise NoSource(f"its source is not available ({exc}); it was probably made by exec() or in a file since changed") from None
+        raise NoSource(
+            f"its source is not available ({exc}); it was probably made by exec() or in a file since changed"
+        ) from None
     tree = _parse(source)
     if fn.__name__ == "<lambda>":
         return _lambda_source(source, tree)

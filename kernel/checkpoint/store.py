@@ -16,6 +16,7 @@ of manifests' contents (manifests.py).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -45,11 +46,15 @@ def validate_name(name: str) -> str:
     if not name:
         raise BadCheckpointName("a checkpoint name cannot be empty; use e.g. 'before-training'")
     if "/" in name or "\\" in name or (os.altsep and os.altsep in name) or os.sep in name:
-        raise BadCheckpointName(f"checkpoint name {name!r} contains a path separator; use letters, digits, '.', '_' or '-'")
+        raise BadCheckpointName(
+            f"checkpoint name {name!r} contains a path separator; use letters, digits, '.', '_' or '-'"
+        )
     if ".." in name:
         raise BadCheckpointName(f"checkpoint name {name!r} contains '..'; use letters, digits, '.', '_' or '-'")
     if name.startswith("."):
-        raise BadCheckpointName(f"checkpoint name {name!r} starts with '.' (reserved for internal files); start with a letter or digit")
+        raise BadCheckpointName(
+            f"checkpoint name {name!r} starts with '.' (reserved for internal files); start with a letter or digit"
+        )
     if len(name) > MAX_NAME:
         raise BadCheckpointName(f"checkpoint name is {len(name)} characters long; the limit is {MAX_NAME}")
     bad = sorted(set(name) - _NAME_CHARS)
@@ -127,10 +132,9 @@ def write_file_atomic(path: str, data: bytes) -> None:
     except BaseException:
         remove_quietly(tmp)
         raise
-    try:
+    # The new file is in place; failing now would make the caller undo a write that happened.
+    with contextlib.suppress(OSError):
         fsync_dir(directory)
-    except OSError:
-        pass  # the new file is in place; failing now would make the caller undo a write that happened
 
 
 def new_data_dir(checkpoint_dir: str) -> str:
@@ -148,10 +152,8 @@ def remove_tree(path: str) -> None:
 
 
 def remove_quietly(path: str) -> None:
-    try:
+    with contextlib.suppress(OSError):
         os.unlink(path)
-    except OSError:
-        pass
 
 
 # -- trust: unpickling runs code, so only files nobody else could have changed ----------
@@ -170,9 +172,9 @@ def check_trusted(path: str, st: os.stat_result, *, what: str, directory: bool =
         return
     if st.st_uid != os.geteuid():
         raise UntrustedCheckpoint(
-            f"refusing to restore: the {what} {path} is owned by {_user(st.st_uid)}, not by you ({_user(os.geteuid())}). "
-            f"Unpickling runs code, so a checkpoint someone else wrote is never loaded. "
-            f"If you trust it, take ownership (chown) and restore again."
+            f"refusing to restore: the {what} {path} is owned by {_user(st.st_uid)}, "
+            f"not by you ({_user(os.geteuid())}). Unpickling runs code, so a checkpoint someone else wrote is never "
+            "loaded. If you trust it, take ownership (chown) and restore again."
         )
     mode = stat.S_IMODE(st.st_mode)
     if mode & 0o022:
@@ -192,17 +194,21 @@ def check_trusted_dir(path: str, *, what: str, follow: bool = False) -> None:
     check_trusted(path, st, what=what, directory=True)
 
 
+# Reading a checkpoint's file: never through a symlink.
+READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+
+
 def open_trusted(path: str, *, what: str) -> int:
     """Open a checkpoint file for reading and check the opened file itself (no race with a swap)."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
     try:
-        fd = os.open(path, flags)
+        fd = os.open(path, READ_FLAGS)
     except FileNotFoundError:
         raise
     except OSError as exc:
         if os.path.islink(path):
             raise UntrustedCheckpoint(
-                f"refusing to restore: the {what} {path} is a symlink; only plain files written by this kernel are loaded"
+                f"refusing to restore: the {what} {path} is a symlink; "
+                "only plain files written by this kernel are loaded"
             ) from exc
         raise
     try:

@@ -12,67 +12,80 @@ import os
 import sys
 import typing as t
 
-from .. import protocol
 from ..agent.errors import AgentError, BadInputError, KernelStartError
 from ..agent.result import CellResult
-from .options import duration_arg, size_arg
+from .options import AgentParser, checkpoint_root_env, size_arg
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_KERNEL = 0, 1, 2, 3
 
 
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--wall-budget",
-        type=duration_arg("--wall-budget", allow_auto=True),
-        default=None,
-        metavar="S",
-        help="seconds a cell may run (30, 2m; 0 = none; 'auto': from measured runtimes)",
+def _common(p: AgentParser) -> None:
+    p.add_budgets(
+        wall="seconds a cell may run (30, 2m; 0 = none; 'auto': from measured runtimes)",
+        quiet="seconds a cell may run without output (0 = none)",
+        auto=True,
     )
-    p.add_argument("--quiet-budget", type=duration_arg("--quiet-budget"), default=None, metavar="S", help="seconds a cell may run without output (0 = none)")
     p.add_argument(
         "--memory-budget", type=size_arg("--memory-budget"), default=None, metavar="SIZE",
         help="bytes a cell may grow the kernel by (512M, 2G; 0 = none; cancelkernel kernels only)",
     )  # fmt: skip
-    p.add_argument("--kernel", default="cancelkernel", metavar="NAME", help="kernelspec name (default: %(default)s; 'python3' works too)")
-    p.add_argument("--connection-file", default=None, metavar="FILE", help="use a running kernel on this host instead of starting one")
-    p.add_argument("--server-url", default=None, metavar="URL", help="use a kernel behind this Jupyter Server or kernel gateway (cancelkernel[remote])")
-    p.add_argument("--token", default=None, metavar="T", help="the server's token (default: $JUPYTER_TOKEN)")
-    p.add_argument("--kernel-id", default=None, metavar="ID", help="with --server-url: use this running kernel instead of starting one")
-    p.add_argument("--interrupt-grace", type=duration_arg("--interrupt-grace"), default=None, metavar="S", help="seconds an interrupted cell gets to stop")
+    p.add_kernel("kernelspec name (default: %(default)s; 'python3' works too)")
+    p.add_argument(
+        "--connection-file",
+        default=None,
+        metavar="FILE",
+        help="use a running kernel on this host instead of starting one",
+    )
+    p.add_server("use a kernel behind this Jupyter Server or kernel gateway (cancelkernel[remote])")
+    p.add_argument(
+        "--kernel-id",
+        default=None,
+        metavar="ID",
+        help="with --server-url: use this running kernel instead of starting one",
+    )
+    p.add_interrupt_grace("seconds an interrupted cell gets to stop")
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises instead of exiting, so the functions return exit codes."""
-
-    def error(self, message: str) -> t.NoReturn:
-        raise BadInputError(f"{self.prog}: {message}")
-
-
-def _exec_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="cancelkernel exec", description="Run code in a kernel under budgets and print the result.")
+def _exec_parser() -> AgentParser:
+    p = AgentParser(prog="cancelkernel exec", description="Run code in a kernel under budgets and print the result.")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("-c", dest="code", metavar="CODE", help="the code to run")
     src.add_argument("file", nargs="?", metavar="FILE", help="a file of code to run ('-' reads standard input)")
     _common(p)
-    p.add_argument("--log", default=None, metavar="FILE", help="append one JSON line per intervention to FILE")
+    p.add_log("append one JSON line per intervention to FILE")
     p.add_argument("--json", action="store_true", help="print the CellResult as JSON")
     return p
 
 
-def _run_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="cancelkernel run", description="Execute notebooks under the agent policy, each on its own kernel.")
+def _run_parser() -> AgentParser:
+    p = AgentParser(
+        prog="cancelkernel run", description="Execute notebooks under the agent policy, each on its own kernel."
+    )
     p.add_argument("notebooks", nargs="+", metavar="NOTEBOOK")
     p.add_argument(
-        "-o", "--output", default=None, metavar="OUT",
+        "-o",
+        "--output",
+        default=None,
+        metavar="OUT",
         help="the executed notebook (default: NAME.executed.ipynb); with several notebooks, a directory for them",
     )
-    p.add_argument("--log", default=None, metavar="FILE", help="one JSON line per intervention; with several notebooks, a directory (NAME.jsonl each)")
-    p.add_argument("--jobs", type=_jobs, default=1, metavar="N", help="notebooks run at once, each on its own kernel (default: %(default)s)")
+    p.add_log("one JSON line per intervention; with several notebooks, a directory (NAME.jsonl each)")
+    p.add_argument(
+        "--jobs",
+        type=_jobs,
+        default=1,
+        metavar="N",
+        help="notebooks run at once, each on its own kernel (default: %(default)s)",
+    )
     _common(p)
-    p.add_argument("--checkpoint", choices=protocol.CHECKPOINT_MODES, default="off", help="automatic checkpoints (default: %(default)s)")
-    p.add_argument("--allow-errors", action="store_true", help="keep going after a failing cell; plain errors then do not fail the run")
-    p.add_argument("--no-spare", dest="spare", action="store_false",
-                   help="no warm spare kernel (a restart is then a cold start; saves one idle kernel's memory)")
+    p.add_checkpoint()
+    p.add_checkpoint_root()
+    p.add_argument(
+        "--allow-errors",
+        action="store_true",
+        help="keep going after a failing cell; plain errors then do not fail the run",
+    )
+    p.add_no_spare("no warm spare kernel (a restart is then a cold start; saves one idle kernel's memory)")
     return p
 
 
@@ -120,7 +133,8 @@ def exec_main(argv: list[str] | None = None) -> int:
         from ..agent.client import AgentKernel
 
         code = args.code if args.code is not None else _read_code(args.file)
-        ak = AgentKernel(log=args.log, spare=False, **_agent_options(args))  # one cell: a spare would start after it, for nothing
+        # One cell: a spare would start after it, for nothing
+        ak = AgentKernel(log=args.log, spare=False, **_agent_options(args))
     except AgentError as exc:
         print(f"cancelkernel exec: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -172,7 +186,8 @@ def print_result(result: CellResult, out: t.TextIO | None = None, err: t.TextIO 
 
 
 def run_main(argv: list[str] | None = None) -> int:
-    """`cancelkernel run NOTEBOOK... [-o OUT] [--jobs N] [--server-url URL] [budgets, --log, --checkpoint, --allow-errors]`."""
+    """`cancelkernel run NOTEBOOK... [-o OUT] [--jobs N] [--server-url URL]
+    [budgets, --log, --checkpoint, --allow-errors]`."""
     args = _parse(_run_parser(), argv)
     if isinstance(args, int):
         return args
@@ -182,7 +197,12 @@ def run_main(argv: list[str] | None = None) -> int:
     try:
         from ..agent.client import AgentKernel
 
-        AgentKernel(checkpoint=args.checkpoint, spare=args.spare, **_agent_options(args))  # checks every option before anything starts
+        root = checkpoint_root_env(
+            args.checkpoint_root, server_url=args.server_url, connection_file=args.connection_file
+        )
+        options = {**_agent_options(args), **({"env": root} if root else {})}
+        # Checks every option before anything starts
+        AgentKernel(checkpoint=args.checkpoint, spare=args.spare, **options)
         outcomes = run_notebooks(
             args.notebooks,
             jobs=args.jobs,
@@ -192,7 +212,7 @@ def run_main(argv: list[str] | None = None) -> int:
             progress=lambda line: print(line, file=sys.stderr, flush=True),
             checkpoint=args.checkpoint,
             spare=args.spare,
-            **_agent_options(args),
+            **options,
         )
     except BadInputError as exc:
         print(f"cancelkernel run: {exc}", file=sys.stderr)
@@ -211,4 +231,4 @@ def run_main(argv: list[str] | None = None) -> int:
     return EXIT_FAILED if any(o.status != "ok" for o in outcomes) else EXIT_OK
 
 
-__all__ = ["exec_main", "run_main", "print_result"]
+__all__ = ["exec_main", "print_result", "run_main"]

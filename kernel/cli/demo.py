@@ -49,7 +49,10 @@ def demo_mode(mode: str, out: t.TextIO = sys.stdout) -> bool:
         assert kc is not None
         setup = kc.execute("survivor = 'still here'", stop_on_error=False)
         _reply(kc, setup, 30)
-        print(f"\n== exec_thread={mode}: user code on the {'main thread' if mode == 'main' else 'worker thread'}", file=out)
+        print(
+            f"\n== exec_thread={mode}: user code on the {'main thread' if mode == 'main' else 'worker thread'}",
+            file=out,
+        )
         print(f"   {'runaway cell':24} {'stopped by':10} {'interrupt -> reply (median of 3)':34} state", file=out)
         for label, code, cannot in RUNAWAYS:
             times, how, survived = [], "", True
@@ -60,7 +63,11 @@ def demo_mode(mode: str, out: t.TextIO = sys.stdout) -> bool:
                 send_control(kc, protocol.INTERRUPT_REQUEST, {"target": msg_id})
                 reply = _reply(kc, msg_id, 10)
                 if reply is None:
-                    how = "cannot be stopped in this mode: kernel restarted" if mode in cannot else "NOT stopped: kernel restarted"
+                    how = (
+                        "cannot be stopped in this mode: kernel restarted"
+                        if mode in cannot
+                        else "NOT stopped: kernel restarted"
+                    )
                     kernel.restart()
                     kc = kernel.kc
                     assert kc is not None
@@ -78,7 +85,10 @@ def demo_mode(mode: str, out: t.TextIO = sys.stdout) -> bool:
                 continue
             ok = ok and survived
             how = {"KeyboardInterrupt": "interrupt", "CancelledError": "cancel"}.get(how, how)
-            print(f"   {label:24} {how:10} {statistics.median(times):8.1f} ms{'':26}{'kept' if survived else 'LOST'}", file=out)
+            print(
+                f"   {label:24} {how:10} {statistics.median(times):8.1f} ms{'':26}{'kept' if survived else 'LOST'}",
+                file=out,
+            )
     finally:
         kernel.shutdown()
     return ok
@@ -93,7 +103,10 @@ def run_demo(modes: list[str], out: t.TextIO = sys.stdout) -> int:
 
         print("\nThe agent client's policy (cancelkernel.agent): budgets, interrupt once, restart, log", file=out)
         results.append(demo_policy(out=out) == 0)
-    print("\nEverything behaved as expected." if all(results) else "\nSomething did not behave as expected (see above).", file=out)
+    print(
+        "\nEverything behaved as expected." if all(results) else "\nSomething did not behave as expected (see above).",
+        file=out,
+    )
     print(f"The kernels' own log lines: {log_path}", file=out)
     return 0 if all(results) else 1
 

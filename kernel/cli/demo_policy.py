@@ -19,7 +19,11 @@ CELLS: list[tuple[str, str, dict[str, float]]] = [
     ("busy Python loop", "while True:\n    pass", {"wall_budget": 1.0}),
     ("silent sleeper", "import time\nwhile True:\n    time.sleep(0.1)", {"quiet_budget": 1.0}),
     ("one C call holding the GIL", "sum(range(10**12))", {"wall_budget": 1.0}),
-    ("interrupt swallowed", "import time\nwhile True:\n    try:\n        time.sleep(0.01)\n    except BaseException:\n        pass", {"wall_budget": 1.0}),
+    (
+        "interrupt swallowed",
+        "import time\nwhile True:\n    try:\n        time.sleep(0.01)\n    except BaseException:\n        pass",
+        {"wall_budget": 1.0},
+    ),
     ("kernel process exits", "import os\nos._exit(1)", {"wall_budget": 5.0}),
 ]
 
@@ -50,7 +54,10 @@ def demo_policy(kernels: list[str] | None = None, out: t.TextIO | None = None) -
                 surprises += 1
                 continue
             records = read_log(log_path) if os.path.exists(log_path) else []
-            out.write(f"  log: {len(records)} intervention records, e.g.\n    {_log_line(records[0]) if records else '(none)'}\n")
+            out.write(
+                f"  log: {len(records)} intervention records, e.g.\n"
+                f"    {_log_line(records[0]) if records else '(none)'}\n"
+            )
     return 0 if surprises == 0 else 1
 
 
@@ -64,7 +71,10 @@ def _demo_one(ak: AgentKernel, out: t.TextIO) -> int:
         out.write("  (no checkpoints on this kernel: a restart loses the state)\n")
     for title, code, budgets in CELLS:
         result = ak.run(code, **budgets)  # type: ignore[arg-type]
-        out.write(f"  {title:<28} -> {result.status:<11} {result.elapsed:5.2f} s  state {result.state:<8} {result.reason_text or ''}\n")
+        out.write(
+            f"  {title:<28} -> {result.status:<11} {result.elapsed:5.2f} s  state {result.state:<8} "
+            f"{result.reason_text or ''}\n"
+        )
         expected = {"busy Python loop": "interrupted", "silent sleeper": "interrupted", "kernel process exits": "died"}
         if title in expected and result.status != expected[title]:
             surprises += 1
@@ -75,7 +85,10 @@ def _demo_one(ak: AgentKernel, out: t.TextIO) -> int:
         out.write("  retry finished (unexpected)\n")
         surprises += 1
     except RunawayCellError as exc:
-        out.write(f"  retry ran away again          -> RunawayCellError, {plural(len(exc.attempts), 'attempt')}, kernel restarted, no second interrupt\n")
+        out.write(
+            f"  retry ran away again          -> RunawayCellError, {plural(len(exc.attempts), 'attempt')}, kernel "
+            "restarted, no second interrupt\n"
+        )
     return surprises
 
 

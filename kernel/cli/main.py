@@ -24,25 +24,65 @@ def _parser() -> argparse.ArgumentParser:
     where.add_argument("--prefix", metavar="DIR", help="install into DIR/share/jupyter/kernels")
     p.add_argument("--name", default="cancelkernel", help="kernelspec name (default: %(default)s)")
     p.add_argument("--display-name", default=None, help="name shown in Jupyter (default: 'Python 3 (cancelkernel)')")
-    p.add_argument("--exec-thread", choices=protocol.EXEC_THREADS, default="main", help="where user code runs (default: %(default)s)")
     p.add_argument(
-        "--interrupt-mode", choices=protocol.INTERRUPT_MODES, default=None,
-        help="how Jupyter interrupts the kernel: SIGINT to its process group (the default: fastest, reaches GIL-held loops) or interrupt_request",
+        "--exec-thread",
+        choices=protocol.EXEC_THREADS,
+        default="main",
+        help="where user code runs (default: %(default)s)",
+    )
+    p.add_argument(
+        "--interrupt-mode",
+        choices=protocol.INTERRUPT_MODES,
+        default=None,
+        help=(
+            "how Jupyter interrupts the kernel: SIGINT to its process group (the default: fastest, "
+            "reaches GIL-held loops) or interrupt_request"
+        ),
     )
     grace = duration_arg("--interrupt-grace")
-    p.add_argument("--interrupt-grace", type=grace, default=None, metavar="SECONDS", help="seconds an interrupted cell gets to stop (30, 1.5, 2m)")
+    p.add_argument(
+        "--interrupt-grace",
+        type=grace,
+        default=None,
+        metavar="SECONDS",
+        help="seconds an interrupted cell gets to stop (30, 1.5, 2m)",
+    )
+    p.add_argument(
+        "--checkpoint-root",
+        default=None,
+        metavar="DIR",
+        help=(
+            "where the kernels keep their checkpoints, DIR/<kernel>: a path every host a kernel may be restarted "
+            f"on sees (default: ${protocol.CHECKPOINT_ROOT_ENV}, else the Jupyter runtime dir; docs/checkpoints.md)"
+        ),
+    )
 
     p = sub.add_parser("uninstall", help="remove an installed kernelspec")
     p.add_argument("--name", default="cancelkernel", help="kernelspec name (default: %(default)s)")
 
     sub.add_parser("kernel", help="run the kernel (what kernel.json runs); takes ipykernel's options", add_help=False)
 
-    sub.add_parser("exec", help="run code under the agent policy and print the result (see `cancelkernel exec --help`)", add_help=False)
-    sub.add_parser("run", help="execute a notebook under the agent policy (see `cancelkernel run --help`)", add_help=False)
-    sub.add_parser("mcp", help="serve the agent policy over MCP, stdio or streamable HTTP (see `cancelkernel mcp --help`)", add_help=False)
+    sub.add_parser(
+        "exec",
+        help="run code under the agent policy and print the result (see `cancelkernel exec --help`)",
+        add_help=False,
+    )
+    sub.add_parser(
+        "run", help="execute a notebook under the agent policy (see `cancelkernel run --help`)", add_help=False
+    )
+    sub.add_parser(
+        "mcp",
+        help="serve the agent policy over MCP, stdio or streamable HTTP (see `cancelkernel mcp --help`)",
+        add_help=False,
+    )
 
     p = sub.add_parser("demo", help="start the kernel, interrupt a few runaway cells, show that state survives")
-    p.add_argument("--exec-thread", choices=[*protocol.EXEC_THREADS, "both"], default="both", help="which mode(s) to show (default: %(default)s)")
+    p.add_argument(
+        "--exec-thread",
+        choices=[*protocol.EXEC_THREADS, "both"],
+        default="both",
+        help="which mode(s) to show (default: %(default)s)",
+    )
     return parser
 
 
@@ -99,14 +139,16 @@ def _install(args: argparse.Namespace) -> int:
             exec_thread=args.exec_thread,
             interrupt_grace=args.interrupt_grace,
             interrupt_mode=args.interrupt_mode,
+            checkpoint_root=args.checkpoint_root,
         )
     except InstallError as exc:
         print(f"cancelkernel install: {exc}", file=sys.stderr)
         return 1
     print(f"Installed kernelspec {args.name!r} in {path}")
-    if prefix and not os.environ.get("JUPYTER_PATH", "").startswith(os.path.join(prefix, "share", "jupyter")):
-        if os.path.abspath(prefix) != os.path.abspath(sys.prefix):
-            print(f"  (add {os.path.join(prefix, 'share', 'jupyter')} to JUPYTER_PATH so Jupyter finds it)")
+    if prefix and os.path.abspath(prefix) != os.path.abspath(sys.prefix):
+        shared = os.path.join(prefix, "share", "jupyter")
+        if not os.environ.get("JUPYTER_PATH", "").startswith(shared):
+            print(f"  (add {shared} to JUPYTER_PATH so Jupyter finds it)")
     return 0
 
 

@@ -24,7 +24,8 @@ class CancelKernelApp(IPKernelApp):
         klass="ipykernel.kernelbase.Kernel",
         help="The Kernel subclass to launch (CancelKernel or a subclass of it).",
     ).tag(config=True)
-    classes = [*IPKernelApp.classes, CancelKernel, CancelShell, CheckpointSettings]
+    # IPKernelApp declares it a plain attribute: mypy refuses a ClassVar here.
+    classes = [*IPKernelApp.classes, CancelKernel, CancelShell, CheckpointSettings]  # noqa: RUF012 - never mutated
 
     @default("outstream_class")
     def _default_outstream_class(self) -> str:
@@ -39,7 +40,8 @@ class CancelKernelApp(IPKernelApp):
                 raise
             self.log.critical(
                 "cancelkernel: %s. Another process took a port of the connection file after the launcher chose it "
-                "(the launcher chose it free, then let it go); start the kernel again with new ports.", exc,
+                "(the launcher chose it free, then let it go); start the kernel again with new ports.",
+                exc,
             )
             sys.exit(protocol.EXIT_PORT_IN_USE)
 

@@ -55,6 +55,7 @@ class CellState:
     last_traceback: list[str] | None = None
     traceback_during_displayhook: bool = False
     payloads: list[dict] = field(default_factory=list)
+    pre_transformed: tuple | None = None  # (raw cell, transformed, should_run_async) while IPython's run_cell runs
 
 
 _current: contextvars.ContextVar[CellState | None] = contextvars.ContextVar("cancelkernel_cell_state", default=None)
@@ -76,7 +77,7 @@ def cell_state(*, allow_stdin: bool) -> Iterator[CellState]:
         _current.reset(token)
 
 
-class per_cell:  # noqa: N801 - used like `property`
+class per_cell:  # lower case: it is used like `property`
     """An attribute kept in the current CellState (field `name`); outside a cell, on the instance as before."""
 
     def __init__(self, name: str, default: t.Any = None, *, factory: Callable[[], t.Any] | None = None):
@@ -141,14 +142,17 @@ class Bookkeeping:
         if self._lock.acquire(timeout=self.patience):
             self._holder = threading.current_thread().name
             return True
-        log.warning("cancelkernel: IPython's bookkeeping was held by thread %s for over %g s; this cell goes on without it", self._holder, self.patience)
+        log.warning(
+            "cancelkernel: IPython's bookkeeping was held by thread %s for over %g s; this cell goes on without it",
+            self._holder,
+            self.patience,
+        )
         return False
 
     def _release(self) -> None:
-        try:
+        # Not ours: an earlier re-acquire gave up waiting.
+        with contextlib.suppress(RuntimeError):
             self._lock.release()
-        except RuntimeError:  # not ours: an earlier re-acquire gave up waiting
-            pass
 
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
@@ -251,6 +255,12 @@ class CellDisplayHook(ZMQShellDisplayHook):
     msg = per_cell("display_msg")
     exec_result = per_cell("exec_result")
     _is_active = per_cell("display_active", False)
+
+    @property
+    def is_active(self) -> bool:
+        """Stock's, read from the cell's state at once: IPython's output tee asks it on every write to a stream."""
+        state = _current.get()
+        return state.display_active if state is not None else bool(self._is_active)
 
     @property
     def prompt_count(self) -> int:

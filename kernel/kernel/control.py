@@ -1,72 +1,121 @@
-"""The control-channel requests the kernel answers its own way: interrupts, cancel status, subshell deletion.
+"""The control-channel requests the kernel answers its own way: interrupts, cancel status, a subshell's deletion.
 
-A mixin of CancelKernel (it uses the kernel's runtime, session and pending
-cancels); kept apart so each module has one job.  The busy/idle rule for our
-own control requests is here too, with the shell channel hook that notes
-every execute_request as it arrives (interrupts.py says why).
+`ControlRequests` is an object the kernel holds, given what it acts on: the
+runtime, the pending cancels and the lock a cell starts under.  It builds the
+replies; the kernel's request handlers send them.  What an interrupt_request
+may ask is checked here too (`parse_request`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 import typing as t
+from dataclasses import dataclass
 
 from ipykernel.jsonutil import json_clean
 
 from .. import protocol
+from ..runtime.runtime import Runtime
 from ..runtime.stacks import innermost_frame
-from . import metadata, upstream
-from .interrupts import InterruptRequestError, parse_request
+from . import metadata
+from .pending_cancels import PendingCancels
 from .replies import internal_error_text
+
+if t.TYPE_CHECKING:
+    from ipykernel.shellchannel import ShellChannelThread
 
 log = logging.getLogger(__name__)
 
-# Control requests of ours that must not move the kernel's busy/idle state as a server sees it.
-OWN_CONTROL_REQUESTS = frozenset({protocol.CANCEL_STATUS_REQUEST})
-# Seconds between a deleted subshell's last reply being sent and the deletion (see delete_subshell_request).
+# Seconds between a deleted subshell's last reply being sent and the deletion (see stop_subshell_cell).
 FORWARD_PAUSE = 0.05
 
-if t.TYPE_CHECKING:
-    from ipykernel.ipkernel import IPythonKernel as _Kernel
-else:
-    _Kernel = object
+
+class InterruptRequestError(ValueError):
+    """An interrupt_request whose content cannot be used; the message says what to send."""
 
 
-class ControlRequests(_Kernel):
-    """interrupt_request, cancel_status_request, delete_subshell_request, and the status rule."""
+@dataclass
+class InterruptAsk:
+    """One interrupt_request's content, checked."""
 
-    runtime: t.Any
-    pending_cancels: t.Any
-    exec_thread: protocol.ExecThread
-    interrupt_grace: float
-    _shutting_down: bool
-    _start_lock: t.Any
-    _last_stack: dict | None
+    target: str | None = None  # an execute_request msg_id
+    subshell_id: str | None = None  # only that subshell's running cell (None: every shell)
 
-    async def interrupt_request(self, stream: t.Any, ident: t.Any, parent: dict) -> None:
-        """Interrupt every running execution (any shell), or only `target`, or only `subshell_id`'s cell."""
-        if not self.session:
-            return
+
+def parse_request(content: object, known_subshells: list[str] | None) -> InterruptAsk:
+    """Check an interrupt_request's content; InterruptRequestError naming what is wrong."""
+    if content is None:
+        return InterruptAsk()
+    if not isinstance(content, dict):
+        raise InterruptRequestError(f"interrupt_request content must be an object, not {type(content).__name__}")
+    target = content.get("target")
+    if target is not None and (not isinstance(target, str) or not target.strip()):
+        raise InterruptRequestError(
+            f"interrupt_request 'target' must be the msg_id (a non-empty string) of an "
+            f"execute_request, not {target!r}; send an empty content to interrupt whatever runs"
+        )
+    subshell = content.get("subshell_id")
+    if subshell is not None:
+        if not isinstance(subshell, str):
+            raise InterruptRequestError(f"interrupt_request 'subshell_id' must be a string, not {subshell!r}")
+        if known_subshells is not None and subshell not in known_subshells:
+            raise InterruptRequestError(
+                f"interrupt_request 'subshell_id' {subshell!r} names no subshell of this kernel "
+                f"(list_subshell_request lists them); omit it to interrupt every shell"
+            )
+    return InterruptAsk(target=target, subshell_id=subshell)
+
+
+class ControlRequests:
+    """interrupt_request, cancel_status_request, and a subshell's cell stopped before the subshell is deleted."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        pending_cancels: PendingCancels,
+        start_lock: threading.Lock,
+        shell_channel_thread: ShellChannelThread | None,
+        *,
+        exec_thread: protocol.ExecThread,
+        interrupt_grace: float,
+    ):
+        self._runtime = runtime
+        self._pending_cancels = pending_cancels
+        # Held while a cell starts, and here while a targeted interrupt decides "running or pending" (ipkernel.py).
+        self._start_lock = start_lock
+        self._shell_channel_thread = shell_channel_thread  # None: this kernel has no subshells
+        self._exec_thread = exec_thread
+        self._interrupt_grace = interrupt_grace
+        self.shutting_down = False  # set by the kernel: from then on an interrupt is refused
+        # The last stack the kernel took of a cell (set by the kernel, told in cancel_status)
+        self.last_stack: dict | None = None
+
+    # -- interrupt_request --
+
+    def interrupt(self, content: object) -> dict[str, t.Any]:
+        """Interrupt every running execution (any shell), or only `target`, or only `subshell_id`'s cell:
+        the reply's content."""
         try:
-            reply = self._interrupt(parent.get("content"))
+            return self._interrupt(content)
         except InterruptRequestError as exc:
-            reply = _error_content("ValueError", str(exc))
-        self.session.send(stream, protocol.INTERRUPT_REPLY, reply, parent, ident=ident)
+            return _error_content("ValueError", str(exc))
 
     def _interrupt(self, content: object) -> dict[str, t.Any]:
         ask = parse_request(content, self._subshell_ids())
-        if self._shutting_down:
+        if self.shutting_down:
             return _error_content("RuntimeError", "the kernel is shutting down; nothing was interrupted")
+        runtime = self._runtime
         if ask.target is not None:
             with self._start_lock:
-                hit = [e for e in [self.runtime.cancel(ask.target, protocol.REASON_REQUEST)] if e is not None]
-                pending = None if hit else self.pending_cancels.remember(ask.target) == "pending"
+                hit = [e for e in [runtime.cancel(ask.target, protocol.REASON_REQUEST)] if e is not None]
+                pending = None if hit else self._pending_cancels.remember(ask.target) == "pending"
         elif "subshell_id" in (content or {}):  # type: ignore[operator]
-            hit = self.runtime.cancel_all(protocol.REASON_REQUEST, subshell_id=ask.subshell_id)
+            hit = runtime.cancel_all(protocol.REASON_REQUEST, subshell_id=ask.subshell_id)
         else:
-            hit = self.runtime.cancel_all(protocol.REASON_REQUEST)
+            hit = runtime.cancel_all(protocol.REASON_REQUEST)
         reply: dict[str, t.Any] = {
             "status": "ok",
             "interrupted": bool(hit),
@@ -74,7 +123,7 @@ class ControlRequests(_Kernel):
             "executions": [e.msg_id for e in hit],
         }
         if not hit:
-            running = self.runtime.core.parent_execution
+            running = runtime.core.parent_execution
             reply["running"] = running.msg_id if running else None
             if ask.target is not None:
                 reply["pending"] = pending
@@ -82,7 +131,7 @@ class ControlRequests(_Kernel):
 
     def _subshell_ids(self) -> list[str] | None:
         """The subshells that exist now (None: this kernel cannot tell)."""
-        thread = self.shell_channel_thread
+        thread = self._shell_channel_thread
         if not thread:
             return None
         try:
@@ -90,67 +139,74 @@ class ControlRequests(_Kernel):
         except Exception:  # noqa: BLE001 - a manager being torn down
             return None
 
-    async def delete_subshell_request(self, socket: t.Any, ident: t.Any, parent: dict) -> None:
-        """Stop the subshell's running cell first: deleting waits for its thread, and the control channel with it."""
-        content = parent.get("content")
+    # -- delete_subshell_request --
+
+    async def stop_subshell_cell(self, content: object) -> None:
+        """Stop the running cell of the subshell a delete_subshell_request names, and wait until its reply has left.
+
+        Deleting a subshell waits for its thread, and the control channel with it.
+        """
         subshell_id = content.get("subshell_id") if isinstance(content, dict) else None
-        if isinstance(subshell_id, str) and self.runtime.cancel_all(protocol.REASON_SHUTDOWN, subshell_id=subshell_id):
-            deadline = time.monotonic() + self.interrupt_grace + 0.5  # its reply must leave before the subshell goes
+        if isinstance(subshell_id, str) and self._runtime.cancel_all(protocol.REASON_SHUTDOWN, subshell_id=subshell_id):
+            deadline = time.monotonic() + self._interrupt_grace + 0.5  # its reply must leave before the subshell goes
             while self._subshell_busy(subshell_id) and time.monotonic() < deadline:
                 await asyncio.sleep(0.01)
             # The reply is on the subshell's socket; the shell channel thread forwards it on its next turn, and
             # deleting the subshell closes that socket: give the forward a moment first.
             await asyncio.sleep(FORWARD_PAUSE)
-        await super().delete_subshell_request(socket, ident, parent)
 
     def _subshell_busy(self, subshell_id: str) -> bool:
-        """The subshell's cell still runs, or its thread has not yet sent the reply (ipykernel holds its lock until then)."""
-        if any(e.subshell_id == subshell_id for e in self.runtime.core.running()):
+        """The subshell's cell still runs, or its thread has not yet sent the reply
+        (ipykernel holds its lock until then)."""
+        if any(e.subshell_id == subshell_id for e in self._runtime.core.running()):
             return True
+        thread = self._shell_channel_thread
+        if thread is None:
+            return False
         try:
-            return bool(self.shell_channel_thread.manager.get_subshell_asyncio_lock(subshell_id).locked())
+            return bool(thread.manager.get_subshell_asyncio_lock(subshell_id).locked())
         except Exception:  # noqa: BLE001 - gone already, or an ipykernel without it: nothing left to wait for
             return False
 
-    async def cancel_status_request(self, stream: t.Any, ident: t.Any, parent: dict) -> None:
-        """Answer on the control channel: what runs, for how long, and its state."""
-        if not self.session:
-            return
+    # -- cancel_status_request --
+
+    def cancel_status_reply(self) -> dict:
+        """The reply's content: what runs, for how long, and its state (an error reply if that cannot be built)."""
         try:
-            content = json_clean(self.cancel_status())
-        except Exception as exc:  # noqa: BLE001 - a status request must always be answered
+            return t.cast(dict, json_clean(self.cancel_status()))
+        except Exception as exc:  # a status request must always be answered
             log.exception("cancel_status failed")
-            content = {"status": "error", "ename": type(exc).__name__, "evalue": internal_error_text("to build the cancel status", exc), "traceback": []}
-        self.session.send(stream, protocol.CANCEL_STATUS_REPLY, content, parent, ident=ident)
+            return {
+                "status": "error",
+                "ename": type(exc).__name__,
+                "evalue": internal_error_text("to build the cancel status", exc),
+                "traceback": [],
+            }
 
     def cancel_status(self) -> dict:
-        dumps = self.runtime.dumps
-        running = self.runtime.core.running()
+        runtime = self._runtime
+        dumps = runtime.dumps
+        running = runtime.core.running()
         return metadata.cancel_status(
             running,
-            stacks={e.msg_id: self.runtime.stack_of(e) for e in running},
+            stacks={e.msg_id: runtime.stack_of(e) for e in running},
             innermost={e.msg_id: innermost_frame(e.thread_id) for e in running},
-            exec_thread=self.exec_thread,
-            native_flag=self.runtime.native_flag,
-            interrupt_grace=self.interrupt_grace,
+            exec_thread=self._exec_thread,
+            native_flag=runtime.native_flag,
+            interrupt_grace=self._interrupt_grace,
             dump_file=dumps.path if dumps.available else None,
-            last_stack=self._last_stack,
-            abandoned_threads=self.runtime.executor.abandoned_threads(),
-            memory=self.runtime.memory.status(),
+            last_stack=self.last_stack,
+            abandoned_threads=runtime.executor.abandoned_threads(),
+            memory=runtime.memory.status(),
         )
-
-    async def shell_channel_thread_main(self, msg: t.Any) -> None:
-        """Note every execute_request as it reaches the kernel, so an interrupt can wait for it (interrupts.py)."""
-        upstream.note_received(self, msg, self.pending_cancels.received)
-        await super().shell_channel_thread_main(msg)
-
-    def _publish_status(self, status: str, channel: str, parent: dict | None = None) -> None:
-        """No busy/idle around our own control requests: Jupyter Server would take that idle for the kernel's."""
-        if channel == "control" and upstream.parent_type(self, channel, parent) in OWN_CONTROL_REQUESTS:
-            return
-        super()._publish_status(status, channel, parent)
-
 
 
 def _error_content(ename: str, evalue: str) -> dict:
-    return {"status": "error", "ename": ename, "evalue": evalue, "traceback": [], "interrupted": False, "execution": None}
+    return {
+        "status": "error",
+        "ename": ename,
+        "evalue": evalue,
+        "traceback": [],
+        "interrupted": False,
+        "execution": None,
+    }

@@ -2,27 +2,40 @@
 
 It owns nothing but the wiring: `interrupt_request` (optionally targeted),
 `cancel_status_request`, `checkpoint_request`, execute_reply metadata, the
-notes a person sees (notes.py publishes them, events.py says which).  The runtime runs, watches and stops the code; the checkpoint
-package saves state; metadata.py says what a reply contains.
+notes a person sees (notes.py publishes them, events.py says which).  The
+runtime runs, watches and stops the code; the checkpoint package saves state;
+metadata.py says what a reply contains.  The ipykernel hooks it overrides
+delegate to objects it holds: the control requests (control.py), the comm
+messages' busy/idle (comms.py) and the one busy/idle rule (status.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import faulthandler
+import functools
 import logging
 import os
+import socket
 import sys
 import threading
 import typing as t
 
+import zmq
 from ipykernel.ipkernel import IPythonKernel
 from ipykernel.jsonutil import json_clean
 
 from .. import __version__, directives, last_cell, protocol
 from ..checkpoint.magics import register as register_checkpoint_magics
 from ..checkpoint.settings import CheckpointSettings
-from ..checkpoint.shell import ShellCheckpoints, handle_checkpoint_request, maybe_autosave, restore_on_start, save_before
+from ..checkpoint.shell import (
+    ShellCheckpoints,
+    handle_checkpoint_request,
+    maybe_autosave,
+    restore_on_start,
+    save_before,
+)
 from ..frames import Frame
 from ..kernel_files import RUNNING, STACKS, kernel_file
 from ..runtime.execution import Budgets, Execution, StackRecord
@@ -33,26 +46,27 @@ from ..runtime.runtime import Runtime
 from . import concurrent_cells, events, metadata, upstream
 from .comms import CommStatus
 from .control import ControlRequests
-from .interrupts import PendingCancels
 from .notes import CellNotes
 from .options import KernelOptions
-from .replies import InternalError, error_reply, internal_error_text
+from .pending_cancels import PendingCancels
+from .replies import InternalError, count_as_run, error_reply, escaped_interrupt_reply, internal_error_text
 from .shell import CancelShell
+from .status import BusyIdle, MainShellState
 from .streams import connect_streams
-from .texts import interrupt_message
 
 # Seconds after a shutdown_request by which the kernel process is gone, whatever hangs.
 SHUTDOWN_DEADLINE = 3.0
 
 
-class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
+class CancelKernel(KernelOptions, IPythonKernel):
     """An IPython kernel whose cells can always be stopped."""
 
     shell_class = CancelShell
 
     # checkpoint_request is shell-only: it runs between cells, never while one runs.
-    msg_types = [*IPythonKernel.msg_types, protocol.CHECKPOINT_REQUEST]
-    control_msg_types = [*IPythonKernel.control_msg_types, protocol.CANCEL_STATUS_REQUEST]
+    # Kernel declares both plain attributes: mypy refuses a ClassVar here.
+    msg_types = [*IPythonKernel.msg_types, protocol.CHECKPOINT_REQUEST]  # noqa: RUF012 - never mutated
+    control_msg_types = [*IPythonKernel.control_msg_types, protocol.CANCEL_STATUS_REQUEST]  # noqa: RUF012 - never mutated
 
     # Read by ipykernel's input()/getpass() in the cell's own code: kept per cell (concurrent_cells.py).
     _allow_stdin = concurrent_cells.per_cell("allow_stdin", False)
@@ -67,8 +81,6 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
         assert isinstance(shell, CancelShell)
         _log_to(self.log)
         upstream.honour_frontend_subshell()  # widgets answer on the subshell JupyterLab chose (comms.py)
-        self._shutting_down = False
-        self._last_stack: dict | None = None
         self._parents: dict[str, dict] = {}
         self.notes = CellNotes(self, self._parents)
         self._reply_metadata: dict[str, dict] = {}
@@ -92,9 +104,24 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
             interrupt_on_trip=self.on_runaway == "interrupt",
             gil_yield=self.gil_yield,
             switch_interval=self.switch_interval,
-            memory_guard=GuardSettings(enabled=self.memory_guard, margin=self.memory_guard_margin, data_limit=self.memory_data_limit),
+            memory_guard=GuardSettings(
+                enabled=self.memory_guard, margin=self.memory_guard_margin, data_limit=self.memory_data_limit
+            ),
             record_path=record_path,
         )
+        if self.gil_yield and (fd := _control_fd(self.control_stream)) is not None:
+            self.runtime.sigint.yield_for_control(fd)
+        self.control_requests = ControlRequests(
+            self.runtime,
+            self.pending_cancels,
+            self._start_lock,
+            self.shell_channel_thread,
+            exec_thread=self.exec_thread,
+            interrupt_grace=self.interrupt_grace,
+        )
+        self.comm_status = CommStatus(self.session, self._publish_status)
+        self.busy_idle = BusyIdle(self.runtime.core.running, self._parents)
+        self.main_shell = MainShellState()
         # Stock swaps input/getpass around each cell; with two cells at once the saved originals were lost.
         self._input_patch = concurrent_cells.CountedPatch(
             lambda: IPythonKernel._forward_input(self, self._allow_stdin), lambda: IPythonKernel._restore_input(self)
@@ -104,7 +131,7 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
         shell.on_output = self.runtime.output_seen
         shell.on_traceback = self.notes.close
         connect_streams(shell, self.runtime.output_seen, [sys.stdout, sys.stderr])
-        self.checkpoints = ShellCheckpoints(shell, CheckpointSettings(parent=self))
+        self.checkpoints = ShellCheckpoints(shell, CheckpointSettings(parent=self), room=self.runtime.memory.room)
         register_checkpoint_magics(shell, self.checkpoints)
         # After IPython drops leading blank lines, so the blank we leave keeps line numbers as typed.
         cleanup = shell.input_transformers_cleanup
@@ -139,7 +166,9 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
 
     @property
     def kernel_info(self) -> dict:
+        """Stock's, with execution_state (the main shell busy or idle) and our block, its running cells included."""
         info: dict = super().kernel_info
+        info[protocol.KERNEL_EXECUTION_STATE] = self.main_shell.execution_state()
         features = [f for f in info["supported_features"] if f != "debugger" or self.exec_thread == "main"]
         info["supported_features"] = [*features, protocol.FEATURE]
         dumps = self.runtime.dumps
@@ -152,14 +181,62 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
             "pid": os.getpid(),
             "dump_file": dumps.path if dumps.available else None,
             "checkpoint_dir": self.checkpoints.directory,
+            "checkpoint_root": self.checkpoints.settings.resolve_root(),
+            "host": socket.gethostname(),
             "features": list(protocol.FEATURES),
             "running_record": self.runtime.record_path,
             "previous_kernel": _without_record(self.previous_kernel),
             "memory": self.runtime.memory.status(),
+            "executions": metadata.running_executions(self.runtime.core.running()),
         }
         return info
 
-    # -- requests of our own (the control ones are in control.py) --
+    # -- the ipykernel hooks we override: each delegates to the object that does the work --
+
+    async def interrupt_request(self, stream: t.Any, ident: t.Any, parent: dict) -> None:
+        """Interrupt every running execution (any shell), or only `target`,
+        or only `subshell_id`'s cell (control.py)."""
+        if self.session:
+            self.session.send(
+                stream,
+                protocol.INTERRUPT_REPLY,
+                self.control_requests.interrupt(parent.get("content")),
+                parent,
+                ident=ident,
+            )
+
+    async def cancel_status_request(self, stream: t.Any, ident: t.Any, parent: dict) -> None:
+        """Answer on the control channel: what runs, for how long, and its state (control.py)."""
+        if self.session:
+            self.session.send(
+                stream, protocol.CANCEL_STATUS_REPLY, self.control_requests.cancel_status_reply(), parent, ident=ident
+            )
+
+    async def delete_subshell_request(self, socket: t.Any, ident: t.Any, parent: dict) -> None:
+        """Stop the subshell's running cell first: deleting waits for its thread,
+        and the control channel with it (control.py)."""
+        await self.control_requests.stop_subshell_cell(parent.get("content"))
+        await super().delete_subshell_request(socket, ident, parent)
+
+    async def shell_channel_thread_main(self, msg: t.Any) -> None:
+        """Note every execute_request as it reaches the kernel, so an interrupt can wait for it (pending_cancels.py)."""
+        upstream.note_received(self, msg, self.pending_cancels.received)
+        await super().shell_channel_thread_main(msg)
+
+    async def dispatch_shell(self, msg: t.Any, /, subshell_id: str | None = None, *, concurrent: bool = False) -> None:
+        """A comm message handled beside a running cell gets its busy/idle (comms.py)."""
+        dispatch = functools.partial(super().dispatch_shell, msg, subshell_id=subshell_id, concurrent=concurrent)
+        await self.comm_status.dispatch(msg, dispatch, concurrent=concurrent)
+
+    def _publish_status(self, status: str, channel: str, parent: dict | None = None) -> None:
+        """Every busy/idle passes the one rule (status.py): none for our own control requests,
+        busy again after a comm's idle."""
+        for state, on, about in self.busy_idle.statuses(status, channel, upstream.status_parent(self, channel, parent)):
+            # Remembered first: a client that saw the idle and asks kernel_info at once must not hear busy.
+            self.main_shell.published(state, on, about)
+            super()._publish_status(state, on, about)
+
+    # -- requests of our own --
 
     async def checkpoint_request(self, stream: t.Any, ident: t.Any, parent: dict) -> None:
         """Save, restore, list or drop checkpoints of the user namespace."""
@@ -173,8 +250,14 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
     def tripped(self, execution: Execution, reason: str, interrupting: bool) -> None:
         """A budget tripped (watchdog thread, before the interrupt): say so in the cell, with the stack."""
         frames = self._remember(execution, execution.stack)
-        event = events.runaway(execution, reason, frames, interrupting=interrupting, guard_source=self.runtime.memory.view.source)
+        event = events.runaway(
+            execution, reason, frames, interrupting=interrupting, guard_source=self.runtime.memory.view.source
+        )
         self.notes.publish(execution, event)
+
+    def traceback_waits(self, execution: Execution) -> t.ContextManager[object]:
+        """Around a trip's interrupt and its note (watchdog thread): the traceback comes after the note."""
+        return self.notes.held()
 
     def unresponsive(self, execution: Execution, why: str) -> None:
         """The interrupt did not stop the cell within the grace period (watchdog thread): say why, and where it is."""
@@ -184,7 +267,7 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
     def _remember(self, execution: Execution, record: StackRecord | None) -> list[Frame]:
         if record is None:
             return []
-        self._last_stack = metadata.stack_record(execution, record)
+        self.control_requests.last_stack = metadata.stack_record(execution, record)
         return record.frames
 
     # -- execution --
@@ -214,45 +297,62 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
             if not silent:
                 self._tell_previous_kernel()
                 restore_on_start(self.checkpoints)  # once, before the first cell of a (re)started kernel
+            self.checkpoints.release_prepared()  # no restore is coming; given back before the cell's memory baseline
             before = save_before(self.checkpoints) if wanted.checkpoint == "before" else None
             budgets = Budgets(
-                wall=wanted.wall_budget or 0.0, quiet=wanted.quiet_budget or 0.0, timeout=wanted.timeout, memory=wanted.memory_budget or 0
+                wall=wanted.wall_budget or 0.0,
+                quiet=wanted.quiet_budget or 0.0,
+                timeout=wanted.timeout,
+                memory=wanted.memory_budget or 0,
             )
             self._parents[msg_id] = parent
             with self._start_lock:
                 if self.pending_cancels.take(msg_id):
                     self._parents.pop(msg_id, None)
-                    return self._cancelled_before_start(msg_id, self._count_as_run(code, silent, store_history))
+                    return self._cancelled_before_start(msg_id, count_as_run(shell, code, silent, store_history))
                 execution = self.runtime.begin(msg_id, code, budgets, subshell_id=subshell_id)
-            if not silent and (budgets.wall or budgets.quiet or budgets.memory):
+            if not silent and budgets.limited:
                 self.notes.started(execution)
         except directives.BudgetError as exc:
-            count = self._count_as_run(code, silent, store_history)
+            count = count_as_run(shell, code, silent, store_history)
             return self._refuse(msg_id, directives.BudgetError, f"{exc} (the cell was not run)", count)
-        except Exception as exc:  # noqa: BLE001 - never a missing reply
+        except Exception as exc:  # never a missing reply
             self.log.exception("cancelkernel: preparing cell %s failed", msg_id)
             self._parents.pop(msg_id, None)
-            count = self._count_as_run(code, silent, store_history)
-            return self._refuse(msg_id, InternalError, internal_error_text("to prepare the cell (it was not run)", exc), count)
+            count = count_as_run(shell, code, silent, store_history)
+            return self._refuse(
+                msg_id, InternalError, internal_error_text("to prepare the cell (it was not run)", exc), count
+            )
         try:
             try:
                 with concurrent_cells.cell_state(allow_stdin=allow_stdin):
                     reply = await upstream.run_cell_like_stock(
-                        self, code, silent, store_history, user_expressions, allow_stdin, cell_meta, cell_id,
+                        self,
+                        code,
+                        silent,
+                        store_history,
+                        user_expressions,
+                        allow_stdin,
+                        cell_meta,
+                        cell_id,
                         always_async=self.exec_thread == "worker",
                     )
             except (KeyboardInterrupt, asyncio.CancelledError) as exc:
                 # Last line of defence: an interrupt that escaped the shell still gets a reply.
-                reply = self._escaped_interrupt_reply(execution, exc)
+                self.log.warning("interrupt escaped the shell for %s; replying anyway", msg_id)
+                reply = escaped_interrupt_reply(shell, execution, exc)
         finally:
             self.notes.close(execution)
             self.runtime.end(execution)
             self.pending_cancels.finished(msg_id)
         try:
             self._finish(execution, reply, before, silent)
-        except Exception as exc:  # noqa: BLE001 - the cell ran: keep its reply, say what failed after it
+        except Exception as exc:  # the cell ran: keep its reply, say what failed after it
             self.log.exception("cancelkernel: finishing cell %s failed", msg_id)
-            self._reply_metadata[msg_id] = {"msg_id": msg_id, "internal_error": internal_error_text("after the cell", exc)}
+            self._reply_metadata[msg_id] = {
+                "msg_id": msg_id,
+                "internal_error": internal_error_text("after the cell", exc),
+            }
         finally:
             self._parents.pop(msg_id, None)
         return reply
@@ -261,7 +361,12 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
         """The first cell of a kernel whose predecessor died while a cell ran: say how it died (before any restore)."""
         if self.previous_kernel is not None and not self._previous_told:
             self._previous_told = True
-            print(f"cancelkernel: the previous kernel (pid {self.previous_kernel['pid']}) {self.previous_kernel['message']}", file=sys.stderr, flush=True)
+            print(
+                f"cancelkernel: the previous kernel (pid {self.previous_kernel['pid']}) "
+                f"{self.previous_kernel['message']}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def _finish(self, execution: Execution, reply: dict, before: dict | None, silent: bool) -> None:
         """After the cell: its report, a dump taken while it ran, autosave, the reply metadata."""
@@ -271,7 +376,9 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
         if execution.dump is not None:
             frames = self._remember(execution, execution.dump)
             if held and not (execution.report is not None and execution.report.told_gil):
-                self.notes.publish(execution, events.gil_held(execution, frames, held, self.runtime.dumps.path), last=True)
+                self.notes.publish(
+                    execution, events.gil_held(execution, frames, held, self.runtime.dumps.path), last=True
+                )
         if execution.memory.kind is not None:
             # What still holds memory once the frame unwound (locals are gone): the names an agent or person can free.
             execution.memory.holders = biggest_names(self.shell.user_ns if self.shell is not None else {})
@@ -284,24 +391,11 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
     def _directives(self, code: str, cell_meta: dict | None) -> directives.CellDirectives:
         """Kernel defaults < execute_request metadata < a %%budget / %%timeout first line."""
         defaults = directives.CellDirectives(
-            wall_budget=self.wall_budget or None, quiet_budget=self.quiet_budget or None, memory_budget=self.memory_budget or None
+            wall_budget=self.wall_budget or None,
+            quiet_budget=self.quiet_budget or None,
+            memory_budget=self.memory_budget or None,
         )
-        meta = directives.from_metadata((cell_meta or {}).get(protocol.KEY) if isinstance(cell_meta, dict) else None)
-        line = directives.first_directive_line(code)
-        magic = directives.parse_directive(line) if line else directives.CellDirectives()
-        return directives.merge(defaults, meta, magic)
-
-    def _count_as_run(self, code: str, silent: bool, store_history: bool) -> int:
-        """A cell answered without running still takes its execution count and history entry, as stock's error cells do."""
-        shell = self.shell
-        assert isinstance(shell, CancelShell)
-        with shell.bookkeeping.held():
-            count = shell.execution_count
-            if store_history and not silent:
-                if shell.history_manager is not None:
-                    shell.history_manager.store_inputs(count, code, code)
-                shell.execution_count += 1
-        return count
+        return directives.for_cell(code, cell_meta.get(protocol.KEY) if isinstance(cell_meta, dict) else None, defaults)
 
     def _refuse(self, msg_id: str, etype: type, evalue: str, count: int) -> dict:
         """The cell is not run: say why in the cell."""
@@ -317,13 +411,6 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
         self._reply_metadata[msg_id] = metadata.cancelled_before_start_metadata(msg_id, self.exec_thread)
         evalue = "cell cancelled before it started: an interrupt_request named it while it waited"
         return error_reply(self.shell, KeyboardInterrupt, evalue, count)
-
-    def _escaped_interrupt_reply(self, execution: Execution, exc: BaseException) -> dict:
-        etype = asyncio.CancelledError if isinstance(exc, asyncio.CancelledError) else KeyboardInterrupt
-        self.log.warning("interrupt escaped the shell for %s; replying anyway", execution.msg_id)
-        assert self.shell is not None
-        # run_cell counted the cell before the interrupt escaped it.
-        return error_reply(self.shell, etype, interrupt_message(execution), self.shell.execution_count - 1)
 
     def finish_metadata(self, parent: dict, metadata: dict, reply_content: dict) -> dict:
         """Add our metadata; start stop_on_error's aborting BEFORE the error reply leaves (upstream.py)."""
@@ -349,20 +436,19 @@ class CancelKernel(CommStatus, ControlRequests, KernelOptions, IPythonKernel):
 
     async def shutdown_request(self, stream: t.Any, ident: t.Any, parent: dict) -> None:
         """Shut down, interrupting a running cell first: its loop must get back to the kernel to exit."""
-        self._shutting_down = True
+        self.control_requests.shutting_down = True
         self.runtime.cancel(None, protocol.REASON_SHUTDOWN)
         await super().shutdown_request(stream, ident, parent)
 
     def do_shutdown(self, restart: bool) -> dict:  # type: ignore[override]  # IPythonKernel's is sync too
-        self._shutting_down = True
+        self.control_requests.shutting_down = True
         # A teardown step that hangs (a thread join, a locked history database) must not
         # keep a kernel alive that said it shuts down: faulthandler's C thread logs the
         # stacks to the server log and ends the process if it is still here then.
         self.runtime.close()
-        try:
+        # No usable stderr: jupyter_client's kill remains.
+        with contextlib.suppress(AttributeError, ValueError, RuntimeError):
             faulthandler.dump_traceback_later(SHUTDOWN_DEADLINE, exit=True, file=sys.__stderr__)  # type: ignore[arg-type]
-        except (AttributeError, ValueError, RuntimeError):  # no usable stderr: jupyter_client's kill remains
-            pass
         return t.cast(dict, super().do_shutdown(restart))
 
 
@@ -374,6 +460,13 @@ def _log_to(app_log: logging.Logger) -> None:
             ours.addHandler(handler)
     ours.propagate = False
 
+
+def _control_fd(stream: t.Any) -> int | None:
+    """The file descriptor that is readable while the control socket holds a message not yet taken in."""
+    try:
+        return int(stream.socket.getsockopt(zmq.FD))
+    except Exception:  # noqa: BLE001 - no control stream (an in-process kernel): nothing to watch
+        return None
 
 
 def _without_record(death: dict | None) -> dict | None:

@@ -1,8 +1,8 @@
 """What the kernel says about executions: reply metadata and the cancel status, pure functions of the state.
 
 `reply_metadata(execution, reply)` is execute_reply `metadata.cancelkernel`;
-`cancel_status(...)` is the content of cancel_status_reply.  Fields:
-docs/protocol.md.
+`cancel_status(...)` is the content of cancel_status_reply; `running_executions`
+is kernel_info_reply's `cancelkernel.executions`.  Fields: docs/protocol.md.
 """
 
 from __future__ import annotations
@@ -20,13 +20,7 @@ INTERRUPT_ENAMES = ("KeyboardInterrupt", "CancelledError")
 def reply_metadata(execution: Execution, reply: dict, exec_thread: str) -> dict:
     """execute_reply metadata.cancelkernel for a finished execution (and its reply content)."""
     report = execution.report
-    errored = reply.get("status") == "error"
-    if execution.cancelled and errored and (report is not None or reply.get("ename") in INTERRUPT_ENAMES):
-        interrupted, reason = True, execution.cancel.reason
-    elif errored and reply.get("ename") == "DeadlineExceeded":
-        interrupted, reason = True, protocol.REASON_DEADLINE
-    else:
-        interrupted, reason = False, None
+    interrupted, reason = _interrupted(execution, reply)
     frames = report.frames if report is not None else []
     taken = execution.dump or execution.stack
     if interrupted and not frames and taken is not None:
@@ -40,8 +34,11 @@ def reply_metadata(execution: Execution, reply: dict, exec_thread: str) -> dict:
         "stopped_at": stopped_at(frames) if frames else None,
         "stack": as_dicts(frames) if frames else None,
         "interrupts_sent": execution.cancel.interrupts_sent,
-        # Seconds from the start to the first interrupt (the kernel's clock): elapsed minus this is how long stopping took.
-        "interrupted_after": round(execution.cancel.time - execution.started, 6) if execution.cancel.time is not None else None,
+        # Seconds from the start to the first interrupt (the kernel's clock):
+        # elapsed minus this is how long stopping took.
+        "interrupted_after": round(execution.cancel.time - execution.started, 6)
+        if execution.cancel.time is not None
+        else None,
         "abandoned_thread": execution.abandoned_thread,
         "exec_thread": exec_thread,
         "budgets": {
@@ -67,8 +64,21 @@ def reply_metadata(execution: Execution, reply: dict, exec_thread: str) -> dict:
         # faulthandler's stack and the watchdog kept from running: one C call held the GIL this long.
         metadata["gil_held"] = round(execution.watch.starved, 3)
     if execution.checkpoint:
-        metadata["checkpoint"] = {"before": execution.checkpoint.get("before"), "autosave": execution.checkpoint.get("autosave")}
+        metadata["checkpoint"] = {
+            "before": execution.checkpoint.get("before"),
+            "autosave": execution.checkpoint.get("autosave"),
+        }
     return metadata
+
+
+def _interrupted(execution: Execution, reply: dict) -> tuple[bool, str | None]:
+    """Whether the cell ended interrupted (by a cancel, or its deadline), and why."""
+    errored = reply.get("status") == "error"
+    if execution.cancelled and errored and (execution.report is not None or reply.get("ename") in INTERRUPT_ENAMES):
+        return True, execution.cancel.reason
+    if errored and reply.get("ename") == "DeadlineExceeded":
+        return True, protocol.REASON_DEADLINE
+    return False, None
 
 
 def refused_metadata(msg_id: str) -> dict:
@@ -101,6 +111,19 @@ def execution_state(execution: Execution) -> str:
     return protocol.STATE_RUNNING
 
 
+def running_executions(running: list[Execution]) -> list[dict]:
+    """kernel_info_reply cancelkernel.executions: each cell running now, its shell, for how long, in which state."""
+    return [
+        {
+            "msg_id": e.msg_id,
+            "subshell_id": e.subshell_id,
+            "elapsed": round(e.elapsed(), 4),
+            "state": execution_state(e),
+        }
+        for e in running
+    ]
+
+
 def stack_record(execution: Execution, record: StackRecord) -> dict:
     return {
         "execution": execution.msg_id,
@@ -112,7 +135,8 @@ def stack_record(execution: Execution, record: StackRecord) -> dict:
 
 
 def execution_status(execution: Execution, stack: list[Frame] | None = None, innermost: dict | None = None) -> dict:
-    """One running execution in cancel_status_reply; `where`/`line` say where its live stack is now, `innermost` its thread's top frame."""
+    """One running execution in cancel_status_reply; `where`/`line` say where its live stack is now,
+    `innermost` its thread's top frame."""
     # No cell frame yet (a worker still picking the cell up): the thread is not in the cell, say nothing.
     here = innermost_user(stack) if stack and any(f.is_cell for f in stack) else None
     return {
@@ -156,7 +180,9 @@ def cancel_status(
         "native_flag": native_flag,
         "interrupt_grace": interrupt_grace,
         # The parent shell's, else the first.
-        "execution": execution_status(running[0], stacks.get(running[0].msg_id), tops.get(running[0].msg_id)) if running else None,
+        "execution": execution_status(running[0], stacks.get(running[0].msg_id), tops.get(running[0].msg_id))
+        if running
+        else None,
         "executions": [execution_status(e, stacks.get(e.msg_id), tops.get(e.msg_id)) for e in running],
         "last_stack": last_stack,
         "dump_file": dump_file,

@@ -42,6 +42,8 @@ class Size(Integer):
         return self.validate(None, s)
 
 
+# A base class of the kernel, not an object it holds: traitlets configures the traits of a class and its bases
+# under the class's name, so these stay `--CancelKernel.<name>=...` (a held object's would be `--KernelOptions.<name>`).
 class KernelOptions(Configurable):
     """Traits of CancelKernel (a mixin, so their help shows under CancelKernel)."""
 

@@ -1,8 +1,16 @@
-"""execute_reply contents the kernel builds itself: a refused cell, an escaped interrupt, a cell cancelled before it started."""
+"""execute_reply contents the kernel builds itself (a refused cell, an escaped interrupt, a cell cancelled before it
+started), and the execution count such a cell takes."""
 
 from __future__ import annotations
 
+import asyncio
 import typing as t
+
+from ..runtime.execution import Execution
+from .events import interrupt_message
+
+if t.TYPE_CHECKING:
+    from .shell import CancelShell
 
 
 def error_reply(shell: t.Any, etype: type, evalue: str, execution_count: int) -> dict:
@@ -18,6 +26,23 @@ def error_reply(shell: t.Any, etype: type, evalue: str, execution_count: int) ->
         "user_expressions": {},
         "payload": [],
     }
+
+
+def escaped_interrupt_reply(shell: CancelShell, execution: Execution, exc: BaseException) -> dict:
+    """The reply of a cell whose interrupt escaped the shell: run_cell counted the cell before it escaped."""
+    etype = asyncio.CancelledError if isinstance(exc, asyncio.CancelledError) else KeyboardInterrupt
+    return error_reply(shell, etype, interrupt_message(execution), shell.execution_count - 1)
+
+
+def count_as_run(shell: CancelShell, code: str, silent: bool, store_history: bool) -> int:
+    """A cell answered without running still takes its execution count and history entry, as stock's error cells do."""
+    with shell.bookkeeping.held():
+        count: int = shell.execution_count
+        if store_history and not silent:
+            if shell.history_manager is not None:
+                shell.history_manager.store_inputs(count, code, code)
+            shell.execution_count += 1
+    return count
 
 
 class InternalError(Exception):

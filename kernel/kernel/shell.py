@@ -9,6 +9,7 @@ with IPython's full traceback (which costs more than the interrupt itself).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import threading
 import types
@@ -25,22 +26,37 @@ from ..runtime.execution import CellInterrupt, Execution, InterruptReport
 from ..runtime.executors import run_here
 from ..runtime.holders import release_stopped_frames
 from ..runtime.stacks import from_traceback
-from .concurrent_cells import Bookkeeping, CellDisplayHook, CellPayloads, CountedPatch, SharedBuiltinTrap, SharedDisplayTrap, per_cell
+from .concurrent_cells import (
+    Bookkeeping,
+    CellDisplayHook,
+    CellPayloads,
+    CountedPatch,
+    SharedBuiltinTrap,
+    SharedDisplayTrap,
+    per_cell,
+)
+from .events import interrupt_message
 from .streams import CancelDisplayPublisher
-from .texts import interrupt_message
-from .upstream import run_code_like_ipython
+from .upstream import HistoryWrittenInOrder, run_code_like_ipython
 
 
 class CancelShell(ZMQInteractiveShell):
     """ZMQInteractiveShell whose cells run through a cancellation-aware executor."""
 
     runtime = AnyTrait(None, allow_none=True, help="The Runtime whose executor runs user code (set by the kernel).")
-    display_pub_class = Type(CancelDisplayPublisher, help="Publisher of display() output; feeds the quiet-budget clock.")
-    displayhook_class = Type(CellDisplayHook, help="The displayhook of cell values; keeps each cell's result apart (concurrent_cells.py).")
+    display_pub_class = Type(
+        CancelDisplayPublisher, help="Publisher of display() output; feeds the quiet-budget clock."
+    )
+    displayhook_class = Type(
+        CellDisplayHook, help="The displayhook of cell values; keeps each cell's result apart (concurrent_cells.py)."
+    )
 
     # What ipykernel keeps on the shell for the reply, kept per cell (two cells can show an error at once).
     _last_traceback = per_cell("last_traceback")
     _last_traceback_during_displayhook = per_cell("traceback_during_displayhook", False)
+
+    # This cell's transform, answered again to IPython's run_cell (upstream.run_cell_like_stock); None outside it.
+    pre_transformed = per_cell("pre_transformed")
 
     # Called with the msg_id of the cell when an error is shown (set by the kernel): an error is output too.
     on_output: Callable[[str | None], None] | None = None
@@ -53,6 +69,11 @@ class CancelShell(ZMQInteractiveShell):
         self.bookkeeping = Bookkeeping()
         self.excepthook_patch = CountedPatch(self._install_excepthook, self._restore_excepthook)
         super().__init__(*args, **kwargs)
+
+    def init_history(self) -> None:
+        """IPython's init_history (9.18.1) with a history whose writes never make a cell wait (upstream.py)."""
+        self.history_manager = HistoryWrittenInOrder(shell=self, parent=self)
+        self.configurables.append(self.history_manager)  # type: ignore[arg-type]  # IPython annotates it too narrowly
 
     def init_builtins(self) -> None:
         super().init_builtins()
@@ -71,6 +92,27 @@ class CancelShell(ZMQInteractiveShell):
         with self.bookkeeping.held():
             return await super().run_cell_async(*args, **kwargs)
 
+    def transform_cell(self, raw_cell: str) -> str:
+        """IPython's transform_cell, except for the very cell text the kernel just transformed (asked twice a cell)."""
+        done = self.pre_transformed
+        if done is not None and done[0] is raw_cell:
+            return cast(str, done[1])
+        return cast(str, super().transform_cell(raw_cell))
+
+    def should_run_async(
+        self, raw_cell: str, *, transformed_cell: str | None = None, preprocessing_exc_tuple: Any = None
+    ) -> bool:
+        """IPython's should_run_async, answered again without compiling for the cell the kernel already asked about."""
+        done = self.pre_transformed
+        if done is not None and done[0] is raw_cell and done[1] is transformed_cell and preprocessing_exc_tuple is None:
+            self.pre_transformed = None  # both answers given: a run_cell from the cell's own code asks afresh
+            return bool(done[2])
+        return bool(
+            super().should_run_async(
+                raw_cell, transformed_cell=transformed_cell, preprocessing_exc_tuple=preprocessing_exc_tuple
+            )
+        )
+
     def _install_excepthook(self) -> None:
         self._saved_excepthook, sys.excepthook = sys.excepthook, self.excepthook
         self.sys_excepthook = self._saved_excepthook
@@ -81,7 +123,9 @@ class CancelShell(ZMQInteractiveShell):
     async def run_code(self, code_obj: types.CodeType, result: Any = None, *, async_: bool = False) -> bool:
         """Execute a code object; on an exception show a traceback and return True."""
         __tracebackhide__ = "__ipython_bottom__"
-        return await run_code_like_ipython(self, code_obj, result, async_, self._execute, lambda exc: self._report(exc, result))
+        return await run_code_like_ipython(
+            self, code_obj, result, async_, self._execute, lambda exc: self._report(exc, result)
+        )
 
     async def _execute(self, code_obj: types.CodeType, async_: bool) -> None:
         __tracebackhide__ = True
@@ -122,7 +166,11 @@ class CancelShell(ZMQInteractiveShell):
         if isinstance(exc, CellInterrupt) and exc.execution is not None:
             return exc.execution
         execution = self.current_execution()
-        if execution is not None and execution.cancelled and isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):
+        if (
+            execution is not None
+            and execution.cancelled
+            and isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError))
+        ):
             return execution  # e.g. input() re-raises a plain KeyboardInterrupt
         return None
 
@@ -140,10 +188,8 @@ class CancelShell(ZMQInteractiveShell):
         execution.report = InterruptReport(ename, evalue, frames, told_gil=bool(gil_held))
         # IPython formats the exception again for its history (ultratb, ~10 ms and
         # growing with depth) unless the exception renders itself.
-        try:
+        with contextlib.suppress(AttributeError):
             exc._render_traceback_ = lambda: stb  # type: ignore[attr-defined]
-        except AttributeError:
-            pass
         self._showtraceback(type(exc), evalue, stb, execution)
 
     def _showtraceback(self, etype: type, evalue: object, stb: list[str], execution: Execution | None = None) -> None:

@@ -19,41 +19,79 @@ import threading
 import typing as t
 from warnings import warn
 
+from IPython.core.history import HistoryManager
+
+if t.TYPE_CHECKING:
+    import sqlite3
+
+    from jupyter_client.session import Session
+
 # "module:Class.method" -> {version of its package: first 16 hex digits of sha256(inspect.getsource(it))}.
 REVIEWED: dict[str, dict[str, str]] = {
     "ipykernel.ipkernel:IPythonKernel.do_execute": {"7.4.0": "78aa91d0af8b79f1"},  # copied: run_cell_like_stock
-    "IPython.core.interactiveshell:InteractiveShell.run_code": {"9.18.1": "a25cdd7bf37c7045"},  # copied: run_code_like_ipython
-    "ipykernel.iostream:OutStream.__init__": {"7.4.0": "7f5e96c287471a18"},  # its private attributes: outstream_has_buffered
+    # copied: run_code_like_ipython
+    "IPython.core.interactiveshell:InteractiveShell.run_code": {"9.18.1": "a25cdd7bf37c7045"},
+    # its private attributes: outstream_has_buffered
+    "ipykernel.iostream:OutStream.__init__": {"7.4.0": "7f5e96c287471a18"},
     "ipykernel.iostream:OutStream.flush": {"7.4.0": "a98ae207fca22e14"},  # skipped when empty: CancelOutStream.flush
     "ipykernel.iostream:OutStream._flush": {"7.4.0": "bbc71cad85cf3fdd"},  # resets _flush_pending
+    "ipykernel.iostream:OutStream.write": {"7.4.0": "a63d2196b6f7f3a1"},  # its _buffers keys: written_per_cell
+    "ipykernel.iostream:OutStream._rotate_buffers": {
+        "7.4.0": "8b988b2b4854dbf6"
+    },  # wrapped: CancelOutStream._rotate_buffers
+    "ipykernel.iostream:OutStream._flush_buffers": {
+        "7.4.0": "c06ddc3776ec5a9b"
+    },  # closes only after rotating: written_per_cell
     "ipykernel.kernelbase:Kernel._abort_queues": {"7.4.0": "a133ec2d4199abd2"},  # done early: abort_before_reply
     "ipykernel.kernelbase:Kernel._post_dummy_stop_aborting_message": {"7.4.0": "7bb316f614f66735"},
-    "ipykernel.kernelbase:Kernel.finish_metadata": {"7.4.0": "bda67be5df66b0ab"},  # extended: CancelKernel.finish_metadata
-    "ipykernel.kernelbase:Kernel.interrupt_request": {"7.4.0": "77d18f4f7f9ecda7"},  # replaced: CancelKernel.interrupt_request
+    # extended: CancelKernel.finish_metadata
+    "ipykernel.kernelbase:Kernel.finish_metadata": {"7.4.0": "bda67be5df66b0ab"},
+    # replaced: CancelKernel.interrupt_request
+    "ipykernel.kernelbase:Kernel.interrupt_request": {"7.4.0": "77d18f4f7f9ecda7"},
     "ipykernel.kernelbase:Kernel.pre_handler_hook": {"7.4.0": "b398c28ca5a83779"},  # replaced: SIGINT stays ours
     "ipykernel.kernelbase:Kernel.post_handler_hook": {"7.4.0": "074f5f5a14014b68"},  # replaced: SIGINT re-installed
     "ipykernel.kernelapp:IPKernelApp.init_signal": {"7.4.0": "94108b7972a28c74"},  # replaced: SIGINT not ignored
-    "ipykernel.kernelapp:IPKernelApp._bind_socket": {"7.4.0": "e9075e81de4e01e8"},  # one bind of a given port: CancelKernelApp.init_sockets
+    # one bind of a given port: CancelKernelApp.init_sockets
+    "ipykernel.kernelapp:IPKernelApp._bind_socket": {"7.4.0": "e9075e81de4e01e8"},
     "ipykernel.kernelbase:Kernel.shell_channel_thread_main": {"7.4.0": "cb7451df829a0f42"},  # wrapped: note_received
-    "ipykernel.kernelbase:Kernel._publish_status": {"7.4.0": "415eebd1179c705c"},  # wrapped: parent_type
+    "ipykernel.kernelbase:Kernel._publish_status": {"7.4.0": "415eebd1179c705c"},  # wrapped: status_parent, status.py
     "ipykernel.kernelbase:Kernel.delete_subshell_request": {"7.4.0": "30b166ac9414ff0b"},  # wrapped: cell stopped first
-    "ipykernel.comm.comm:BaseComm._reply_subshell_for": {"7.4.0": "6693678da2a5841c"},  # wrapped: honour_frontend_subshell
-    "ipykernel.kernelbase:Kernel.dispatch_shell": {"7.4.0": "7ecbeb6a2a811091"},  # concurrent: no status (comms.CommStatus)
-    "ipykernel.subshell_manager:SubshellManager.get_subshell_asyncio_lock": {"7.4.0": "7f4c4fff2f54730b"},  # held until the reply: control.py
+    # wrapped: honour_frontend_subshell
+    "ipykernel.comm.comm:BaseComm._reply_subshell_for": {"7.4.0": "6693678da2a5841c"},
+    "ipykernel.kernelbase:Kernel.dispatch_shell": {"7.4.0": "7ecbeb6a2a811091"},  # concurrent: no status (comms.py)
+    # held until the reply: control.py
+    "ipykernel.subshell_manager:SubshellManager.get_subshell_asyncio_lock": {"7.4.0": "7f4c4fff2f54730b"},
     # Per-cell state for two cells at once (concurrent_cells.py): the classes whose state is kept per cell or counted.
-    "IPython.core.interactiveshell:InteractiveShell.run_cell_async": {"9.18.1": "a5b3f160f41f1dd9"},  # its bookkeeping: under the lock
+    # its bookkeeping: under the lock
+    "IPython.core.interactiveshell:InteractiveShell.run_cell_async": {"9.18.1": "a5b3f160f41f1dd9"},
     "IPython.core.builtin_trap:BuiltinTrap": {"9.18.1": "927d9dafeabbf761"},  # locked: SharedBuiltinTrap
     "IPython.core.display_trap:DisplayTrap": {"9.18.1": "6cce391c74809437"},  # locked: SharedDisplayTrap
     "IPython.core.displayhook:DisplayHook": {"9.18.1": "28323f2bd953e644"},  # per cell: CellDisplayHook
     "ipykernel.displayhook:ZMQShellDisplayHook": {"7.4.0": "235050de90c39247"},  # per cell: CellDisplayHook
     "IPython.core.payload:PayloadManager": {"9.18.1": "69bf5f6121699f48"},  # per cell: CellPayloads
-    "IPython.core.interactiveshell:InteractiveShell.init_builtins": {"9.18.1": "cc58c2f7f49ed64c"},  # extended: CancelShell
-    "IPython.core.interactiveshell:InteractiveShell.init_displayhook": {"9.18.1": "97329916fd85e218"},  # extended: CancelShell
-    "IPython.core.interactiveshell:InteractiveShell.init_payload": {"9.18.1": "3a03afd386bb8b2e"},  # replaced: CancelShell
-    "ipykernel.zmqshell:ZMQInteractiveShell._showtraceback": {"7.4.0": "6a5da68855007d73"},  # its _last_traceback*: per cell
+    # extended: CancelShell
+    "IPython.core.interactiveshell:InteractiveShell.init_builtins": {"9.18.1": "cc58c2f7f49ed64c"},
+    # extended: CancelShell
+    "IPython.core.interactiveshell:InteractiveShell.init_displayhook": {"9.18.1": "97329916fd85e218"},
+    # replaced: CancelShell
+    "IPython.core.interactiveshell:InteractiveShell.init_payload": {"9.18.1": "3a03afd386bb8b2e"},
+    # its _last_traceback*: per cell
+    "ipykernel.zmqshell:ZMQInteractiveShell._showtraceback": {"7.4.0": "6a5da68855007d73"},
     "ipykernel.zmqshell:ZMQInteractiveShell.run_cell": {"7.4.0": "5e7ebd5584efd5e8"},  # its _last_traceback*: per cell
-    "ipykernel.ipkernel:IPythonKernel._forward_input": {"7.4.0": "013d8e7057dfe967"},  # counted: CancelKernel._forward_input
-    "ipykernel.ipkernel:IPythonKernel._restore_input": {"7.4.0": "641c1c51654e33ce"},  # counted: CancelKernel._restore_input
+    # counted: CancelKernel._forward_input
+    "ipykernel.ipkernel:IPythonKernel._forward_input": {"7.4.0": "013d8e7057dfe967"},
+    # counted: CancelKernel._restore_input
+    "ipykernel.ipkernel:IPythonKernel._restore_input": {"7.4.0": "641c1c51654e33ce"},
+    # The history written outside the cache's lock: HistoryWrittenInOrder.
+    "IPython.core.history:HistoryManager.writeout_cache": {"9.18.1": "21d61285487774c2"},
+    "IPython.core.history:HistoryManager._writeout_input_cache": {"9.18.1": "0571ce5ee64719a7"},
+    "IPython.core.history:HistoryManager._writeout_output_cache": {"9.18.1": "7147fdcd32f18730"},
+    # replaced: CancelShell
+    "IPython.core.interactiveshell:InteractiveShell.init_history": {"9.18.1": "e4fd1f6bce86091b"},
+    # Transformed once per cell: CancelShell.transform_cell / should_run_async answer run_cell's second asking.
+    "IPython.core.interactiveshell:InteractiveShell._run_cell": {"9.18.1": "eff03d35f0d5dc11"},
+    "IPython.core.interactiveshell:InteractiveShell.transform_cell": {"9.18.1": "98f675c6802622e7"},
+    "IPython.core.interactiveshell:InteractiveShell.should_run_async": {"9.18.1": "aaea33ec18cb838f"},
 }
 
 
@@ -85,7 +123,7 @@ async def run_cell_like_stock(
     *,
     always_async: bool,
 ) -> dict:
-    """`IPythonKernel.do_execute` of ipykernel 7.4.0, with four differences.
+    """`IPythonKernel.do_execute` of ipykernel 7.4.0, with these differences.
 
     - `always_async` (worker mode, subshell threads): the cell always goes
       through `run_cell_async` on the running loop, because it awaits the
@@ -96,12 +134,18 @@ async def run_cell_like_stock(
       so a subshell's cell never interleaves with it (concurrent_cells.py).
     - The reply's execution_count is this cell's own (stock reads the shared
       counter, which a cell running at the same time may have moved).
+    - Whether run_cell_async takes cell_id and cell_meta is read once per function, not per cell.
+    - IPython's run_cell gets this cell's transform and should_run_async answer
+      instead of computing both again (`CancelShell.pre_transformed`): stock
+      tokenizes, transforms and compiles every cell twice before running it.
     """
 
     shell = kernel.shell
     assert shell is not None
     with shell.bookkeeping.held():
-        return await _run_cell_like_stock(kernel, shell, code, silent, store_history, user_expressions, allow_stdin, cell_meta, cell_id, always_async)
+        return await _run_cell_like_stock(
+            kernel, shell, code, silent, store_history, user_expressions, allow_stdin, cell_meta, cell_id, always_async
+        )
 
 
 async def _run_cell_like_stock(
@@ -122,7 +166,7 @@ async def _run_cell_like_stock(
 
     kernel._forward_input(allow_stdin)
     reply_content: dict[str, t.Any] = {}
-    accepts = _accepts_parameters(shell.run_cell_async, ["cell_id", "cell_meta"])
+    accepts = _run_cell_async_accepts(shell.run_cell_async, _accepts_parameters)
     try:
         preprocessing_exc_tuple = None
         try:
@@ -154,7 +198,8 @@ async def _run_cell_like_stock(
                 if not silent:
                     shell.events.trigger("post_run_cell", res)
         else:
-            res = shell.run_cell(code, store_history=store_history, silent=silent, **extra)
+            done = None if preprocessing_exc_tuple is not None else transformed_cell
+            res = _run_cell_once_transformed(shell, code, done, store_history=store_history, silent=silent, **extra)
     finally:
         kernel._restore_input()
 
@@ -165,7 +210,11 @@ async def _run_cell_like_stock(
     else:
         reply_content["status"] = "error"
         reply_content.update(
-            {"traceback": getattr(shell, "_last_traceback", None) or [], "ename": str(type(err).__name__), "evalue": str(err)}
+            {
+                "traceback": getattr(shell, "_last_traceback", None) or [],
+                "ename": str(type(err).__name__),
+                "evalue": str(err),
+            }
         )
         reply_content["engine_info"] = {"engine_uuid": kernel.ident, "engine_id": kernel.int_id, "method": "execute"}
     reply_content["execution_count"] = cell_number(res, shell)
@@ -180,10 +229,35 @@ async def _run_cell_like_stock(
     return reply_content
 
 
+def _run_cell_once_transformed(shell: t.Any, code: str, transformed: str | None, **kwargs: t.Any) -> t.Any:
+    """shell.run_cell(code), which transforms the cell and asks should_run_async again: the same text, the same answers.
+
+    `transformed` is this cell's transform (None: it failed, and run_cell reports that by transforming again).
+    """
+    if transformed is not None:
+        shell.pre_transformed = (code, transformed, False)
+    try:
+        return shell.run_cell(code, **kwargs)
+    finally:
+        shell.pre_transformed = None
+
+
+_accepted: dict[t.Any, dict[str, bool]] = {}
+
+
+def _run_cell_async_accepts(method: t.Any, accepts_parameters: t.Callable) -> dict[str, bool]:
+    """Whether run_cell_async takes cell_id and cell_meta: read once per function (stock reads it per cell)."""
+    function = getattr(method, "__func__", method)
+    found = _accepted.get(function)
+    if found is None:
+        found = _accepted[function] = accepts_parameters(method, ["cell_id", "cell_meta"])
+    return found
+
+
 # -- InteractiveShell.run_code (IPython 9.18.1; 8.x is the same) ----------------------------
 
 
-async def run_code_like_ipython(
+async def run_code_like_ipython(  # noqa: C901 - IPython's run_code in its own shape, so an upgrade ports line by line
     shell: t.Any,
     code_obj: t.Any,
     result: t.Any,
@@ -243,7 +317,9 @@ def _skip_own_frames(exc: BaseException | None) -> None:
 
     after = exc.__traceback__ if exc is not None else None
     # Ours, and contextlib's __exit__ of our context managers around the user's code.
-    while after is not None and (is_own_file(after.tb_frame.f_code.co_filename) or after.tb_frame.f_code.co_filename == contextlib.__file__):
+    while after is not None and (
+        is_own_file(after.tb_frame.f_code.co_filename) or after.tb_frame.f_code.co_filename == contextlib.__file__
+    ):
         after = after.tb_next
     if exc is not None and after is not None:
         exc.__traceback__ = after
@@ -265,6 +341,28 @@ def outstream_has_buffered(stream: t.Any) -> bool:
     with lock:
         # Read under the lock: `_rotate_buffers` swaps the dict under it, then closes the old buffers outside it.
         return any(not buffer.closed and buffer.tell() for buffer in stream._buffers.values())
+
+
+def outstream_lock(stream: t.Any) -> t.ContextManager[t.Any]:
+    """The lock `OutStream` writes, rotates and reads its `_buffers` under (an RLock: taken again inside is fine)."""
+    lock = getattr(stream, "_buffer_lock", None)
+    return lock if lock is not None else contextlib.nullcontext()
+
+
+def written_per_cell(buffers: t.Mapping[frozenset, t.Any]) -> dict[str | None, int]:
+    """Characters in a dict of `OutStream._buffers`, per cell (its parent header's msg_id; None: no parent).
+
+    `OutStream.write` appends every write to `_buffers[frozenset(parent_header.items())]`, a StringIO, under
+    `_buffer_lock`; `_rotate_buffers` swaps in an empty dict under it.  Call with the lock held, or on a
+    rotated-out dict before `_flush_buffers` closes its buffers.
+    """
+    found: dict[str | None, int] = {}
+    for key, buffer in buffers.items():
+        chars = 0 if buffer.closed else buffer.tell()
+        if chars:
+            cell = next((value for name, value in key if name == "msg_id"), None)
+            found[cell] = found.get(cell, 0) + chars
+    return found
 
 
 # -- Kernel._abort_queues / _post_dummy_stop_aborting_message (ipykernel 7.4.0) --------------
@@ -296,36 +394,39 @@ def abort_before_reply(kernel: t.Any, subshell_id: str | None) -> bool:
 
 
 def note_received(kernel: t.Any, msg: t.Any, note: t.Callable[[str], None]) -> None:
-    """Tell `note` the msg_id of an execute_request reaching the shell channel thread.
-
-    Reads the header the way `Kernel.shell_channel_thread_main` does (feed_identities,
-    deserialize without content), without touching the frames it then routes.
-    A message it cannot read is left to the original, which logs it.
-    """
-    session = kernel.session
-    if session is None:
-        return
-    try:
-        _, frames = session.feed_identities(msg, copy=False)
-        header = session.deserialize(frames, content=False, copy=False)["header"]
-    except Exception:  # noqa: BLE001 - invalid messages are the original's to report
-        return
+    """Tell `note` the msg_id of an execute_request reaching the shell channel thread."""
+    header = (read_without_content(kernel.session, msg) or {}).get("header") or {}
     if header.get("msg_type") == "execute_request" and isinstance(header.get("msg_id"), str):
         note(header["msg_id"])
 
 
-def parent_type(kernel: t.Any, channel: str, parent: dict | None) -> str | None:
-    """The msg_type of the request a status is published for (`Kernel._publish_status`'s parent)."""
-    parent = parent or kernel.get_parent(channel)
-    header = parent.get("header") if isinstance(parent, dict) else None
-    return header.get("msg_type") if isinstance(header, dict) else None
+def read_without_content(session: Session | None, msg: t.Any) -> dict | None:
+    """The message `msg` (its frames as received) without its content; None if it cannot be read.
+
+    Reads it the way `Kernel.shell_channel_thread_main` does (feed_identities,
+    deserialize without content), without touching the frames it then routes.
+    A message it cannot read is left to the original, which logs it.
+    """
+    if session is None:
+        return None
+    try:
+        _, frames = session.feed_identities(msg, copy=False)
+        return t.cast(dict, session.deserialize(frames, content=False, copy=False))
+    except Exception:  # noqa: BLE001 - invalid messages are the original's to report
+        return None
+
+
+def status_parent(kernel: t.Any, channel: str, parent: dict | None) -> dict | None:
+    """The request a status is published for, found as `Kernel._publish_status` finds it."""
+    return parent or kernel.get_parent(channel)
 
 
 # -- BaseComm._reply_subshell_for (ipykernel 7.4.0) ------------------------------------------
 
 
 def honour_frontend_subshell() -> bool:
-    """Make comm messages run on the subshell the frontend chose, except replies to the kernel's own requests (comms.py says why).
+    """Make comm messages run on the subshell the frontend chose, except replies to the kernel's own requests
+    (comms.py says why).
 
     ipykernel routes a frontend's comm message to the subshell that last
     published on the comm; we keep that only when the message answers a
@@ -351,3 +452,70 @@ def honour_frontend_subshell() -> bool:
     route.honours_frontend = True  # type: ignore[attr-defined]
     BaseComm._reply_subshell_for = route  # type: ignore[method-assign]
     return True
+
+
+# -- HistoryManager.writeout_cache (IPython 9.18.1) -------------------------------------------
+
+
+class HistoryWrittenInOrder(HistoryManager):
+    """IPython's HistoryManager, whose writer never holds the cache's lock while sqlite commits.
+
+    IPython's history thread writes a cell under `db_input_cache_lock`, and the
+    next cell's `store_inputs` takes that lock: each cell waited for the last
+    one's commit (an fsync).  Here the lock is held only to take the cached
+    rows out; a second lock keeps writers one at a time, so every cell is still
+    written, in order, by whichever thread writes (the history thread, a
+    history lookup, the end of the session at exit).
+    """
+
+    def __init__(self, *args: t.Any, **kwargs: t.Any):
+        self._writer = threading.Lock()
+        super().__init__(*args, **kwargs)
+
+    def writeout_cache(self, conn: sqlite3.Connection | None = None) -> None:
+        """`HistoryManager.writeout_cache`, with the cached rows taken out under the lock and written after it."""
+        if not self.enabled:
+            return
+        if conn is None:
+            conn = self.db
+        with self._writer:
+            with self.db_input_cache_lock:
+                inputs, self.db_input_cache = self.db_input_cache, []
+            try:
+                self._write_rows(conn, "history", inputs)
+            except _integrity_error():
+                self.new_session(conn)
+                print(
+                    "ERROR! Session/line number was not unique in",
+                    "database. History logging moved to new session",
+                    self.session_number,
+                )
+                try:
+                    # Try writing to the new session. If this fails, don't recurse.
+                    self._write_rows(conn, "history", inputs)
+                except _integrity_error():
+                    pass
+            with self.db_output_cache_lock:
+                outputs, self.db_output_cache = self.db_output_cache, []
+            try:
+                self._write_rows(conn, "output_history", outputs)
+            except _integrity_error():
+                print(
+                    "!! Session/line number for output was not unique",
+                    "in database. Output will not be stored.",
+                )
+
+    def _write_rows(self, conn: sqlite3.Connection, table: str, rows: list[tuple]) -> None:
+        """`_writeout_input_cache` / `_writeout_output_cache` of the rows taken out (one transaction)."""
+        if not rows:
+            return  # the original opens and commits an empty transaction: nothing reaches the file
+        values = "(?, ?, ?, ?)" if table == "history" else "(?, ?, ?)"
+        with conn:
+            for row in rows:
+                conn.execute(f"INSERT INTO {table} VALUES {values}", (self.session_number, *row))
+
+
+def _integrity_error() -> type[Exception]:
+    import sqlite3
+
+    return sqlite3.IntegrityError

@@ -30,8 +30,9 @@ def _load_jupyter_server_extension(serverapp: t.Any) -> None:
 
     if not _page_extension_installed():
         serverapp.log.warning(
-            "cancelkernel: its JupyterLab extension is not installed (cancelkernel was built without npm), so notebooks "
-            "show no budgets or hung cells; to get it, install Node.js 20 or newer with npm, then install cancelkernel again"
+            "cancelkernel: its JupyterLab extension is not installed (cancelkernel was built without npm), "
+            "so notebooks show no budgets or hung cells; to get it, install Node.js 20 or newer with npm, "
+            "then install cancelkernel again"
         )
     base_url = serverapp.web_app.settings["base_url"]
     route = url_path_join(base_url, r"/cancelkernel/kernels/(?P<kernel_id>[\w-]+)/stack")

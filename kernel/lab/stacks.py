@@ -47,12 +47,18 @@ async def stack_of(km: t.Any) -> dict:
     pid = getattr(getattr(km, "provisioner", None), "pid", None)
     connection_file = getattr(km, "connection_file", "")
     if not isinstance(pid, int) or not connection_file:
-        return {"available": False, "why": "the kernel does not run on this server's host, so no stack can be had while it does not answer"}
+        return {
+            "available": False,
+            "why": "the kernel does not run on this server's host, so no stack can be had while it does not answer",
+        }
     path = kernel_file(connection_file, STACKS)
     try:
         info = os.stat(path)
     except OSError:
-        return {"available": False, "why": f"the kernel keeps no stack dump file at {path} (not a cancelkernel kernel, or another dump_dir)"}
+        return {
+            "available": False,
+            "why": f"the kernel keeps no stack dump file at {path} (not a cancelkernel kernel, or another dump_dir)",
+        }
     if info.st_uid != os.getuid() or info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
         return {"available": False, "why": f"{path} is not this user's own owner-only file: not read"}
     before = info.st_size
@@ -67,7 +73,8 @@ async def stack_of(km: t.Any) -> dict:
 
 
 async def _grown(path: str, before: int) -> str:
-    """What was appended to `path` after `before` bytes, once it stopped growing (faulthandler writes thread by thread)."""
+    """What was appended to `path` after `before` bytes, once it stopped growing
+    (faulthandler writes thread by thread)."""
     deadline = time.monotonic() + DUMP_WAIT
     size = before
     while time.monotonic() < deadline:

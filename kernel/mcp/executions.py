@@ -3,11 +3,14 @@
 An execution is an `AgentKernel.submit` (the agent client's background run
 with its live `CellWatch`); this module only names it, remembers how it ended
 (a `CellResult`, a `RunawayCellError` with every attempt, or the failure that
-stopped the run) and keeps the last KEEP_FINISHED finished ones.
+stopped the run) and keeps the last KEEP_FINISHED finished ones.  A tool call
+waits for a cell on the event loop itself: the cell's thread wakes the loop as
+it ends, with no worker thread in between.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import threading
 import time
@@ -15,12 +18,16 @@ import typing as t
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+import anyio
+import anyio.to_thread
+
 from ..agent.errors import AgentError, BadInputError, RunawayCellError
 from ..agent.result import CellResult
 from .options import KEEP_FINISHED
 
 if t.TYPE_CHECKING:
-    from ..agent.watch import CellWatch, Submission
+    from ..agent.submission import Submission
+    from ..agent.watch import CellWatch
 
 
 @dataclass
@@ -36,7 +43,16 @@ class Ending:
 class ToolExecution:
     """One cell run for an MCP client, on one kernel."""
 
-    def __init__(self, execution_id: str, kernel_id: str, submission: Submission, *, source: str, cell_id: str, retry_of: str | None):
+    def __init__(
+        self,
+        execution_id: str,
+        kernel_id: str,
+        submission: Submission,
+        *,
+        source: str,
+        cell_id: str,
+        retry_of: str | None,
+    ):
         self.id = execution_id
         self.kernel_id = kernel_id
         self.source = source
@@ -48,6 +64,7 @@ class ToolExecution:
         self._submission = submission
         self._ending: Ending | None = None
         self._lock = threading.Lock()
+        self._ended: dict[asyncio.AbstractEventLoop, anyio.Event] = {}  # set on each waiting loop as the cell ends
 
     @property
     def watch(self) -> CellWatch:
@@ -60,6 +77,20 @@ class ToolExecution:
     def wait(self, timeout: float | None) -> bool:
         """True once the cell has ended (within `timeout` seconds)."""
         return self._submission.wait(timeout)
+
+    async def ended_within(self, timeout: float) -> bool:
+        """wait() for a tool call: True once the cell has ended (within `timeout` seconds); the loop runs meanwhile."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not asyncio (trio): a worker thread waits on the cell's event
+            return bool(await anyio.to_thread.run_sync(self.wait, timeout, abandon_on_cancel=True))
+        ended = self._ended.get(loop)
+        if ended is None:
+            ended = self._ended[loop] = anyio.Event()
+            self._submission.when_done(lambda: loop.call_soon_threadsafe(ended.set))
+        with anyio.move_on_after(timeout):
+            await ended.wait()
+        return self.done
 
     def watched(self) -> None:
         """Someone follows the cell: from now on the run loop asks our kernel where it is, about once a second.
@@ -90,8 +121,12 @@ class ToolExecution:
         try:
             return Ending(result=self._submission.result(0))
         except RunawayCellError as exc:
-            return Ending(result=exc.attempts[-1] if exc.attempts else None, attempts=exc.attempts, runaway_again=True,
-                          failure=None if exc.attempts else str(exc))
+            return Ending(
+                result=exc.attempts[-1] if exc.attempts else None,
+                attempts=exc.attempts,
+                runaway_again=True,
+                failure=None if exc.attempts else str(exc),
+            )
         except AgentError as exc:
             return Ending(failure=self._why_stopped(str(exc)))
         except Exception as exc:  # noqa: BLE001 - a run that broke (e.g. the kernel shut down under it) is reported, not raised
@@ -122,14 +157,17 @@ class Executions:
 
     def get(self, execution_id: t.Any) -> ToolExecution:
         if not isinstance(execution_id, str) or not execution_id:
-            raise BadInputError(f"execution_id must be the id an execute call returned (such as 'e1'), not {execution_id!r:.80}")
+            raise BadInputError(
+                f"execution_id must be the id an execute call returned (such as 'e1'), not {execution_id!r:.80}"
+            )
         with self._lock:
             found = self._items.get(execution_id)
             known = list(self._items)[-5:]
         if found is None:
             hint = f"recent ones: {', '.join(known)}" if known else "none has run yet"
             raise BadInputError(
-                f"no execution {execution_id!r} (the server keeps every running execution and the last {self.keep} finished ones; {hint})"
+                f"no execution {execution_id!r} (the server keeps every running execution and the last {self.keep} "
+                f"finished ones; {hint})"
             )
         return found
 

@@ -1,23 +1,23 @@
 """What `cancelkernel mcp` is told: its command line, its defaults, and the checks of every tool argument.
 
-Durations go through the one grammar (`durations.parse_duration`, via the
-command line's `duration_arg`), so `30`, `1.5`, `500ms`, `2m` mean here what
-they mean everywhere; a refused value gets the same message.
+Durations go through the one grammar (`durations.parse_duration`), so `30`,
+`1.5`, `500ms`, `2m` mean here what they mean everywhere; a refused value gets
+the same message.  The flags shared with `exec` and `run` are declared once, by
+the command line's `AgentParser`.
 """
 
 from __future__ import annotations
 
-import argparse
-import ipaddress
 import os
 import typing as t
 from dataclasses import dataclass, field
 
 from .. import protocol
+from ..agent.budgets import parse_seconds
 from ..agent.errors import BadInputError
-from ..cli.options import duration_arg
-from ..durations import DurationError, parse_duration
+from ..cli.options import AgentParser, checkpoint_root_env
 from ..sizes import SizeError, parse_size
+from .access import TOKEN_ENV, is_loopback, new_token, token_problem
 
 # An agent's cell never runs unbounded by default: ten minutes in all, two without output.
 DEFAULT_WALL_BUDGET = 600.0
@@ -32,7 +32,6 @@ MAX_CHARS = 1_000_000
 # Finished executions kept for get_execution; older ones are forgotten (memory stays bounded).
 KEEP_FINISHED = 100
 EXEC_THREADS = protocol.EXEC_THREADS
-CHECKPOINT_MODES = protocol.CHECKPOINT_MODES
 LOOPBACK = "127.0.0.1"
 
 
@@ -46,19 +45,26 @@ class ServerOptions:
     quiet_budget: float = DEFAULT_QUIET_BUDGET  # 0: none
     interrupt_grace: float | None = None
     checkpoint: str = "off"
+    checkpoint_root: str | None = None  # the root of the kernels started here (absolute); None: theirs
     log: str | None = None
     cwd: str | None = None
     server_url: str | None = None
     token: str | None = None
     http: tuple[str, int] | None = None  # (host, port) for streamable HTTP; None: stdio
+    mcp_token: str | None = None  # what HTTP clients must send as `Authorization: Bearer`; None: no check
+    token_generated: bool = False  # made at start: printed once on stderr, for the user to give the client
+    allowed_hosts: list[str] = field(default_factory=list)  # Host values accepted besides the bound address's
     spare: bool = True  # the agent client's warm spare kernel: a restart is a swap, not a cold start
     extra_env: dict[str, str] = field(default_factory=dict)
 
     def agent_options(self, kernel_name: str | None = None, exec_thread: str | None = None) -> dict[str, t.Any]:
-        """AgentKernel(**options) for one kernel: the server's defaults, a kernelspec and exec thread chosen per kernel."""
+        """AgentKernel(**options) for one kernel: the server's defaults,
+        a kernelspec and exec thread chosen per kernel."""
         name = kernel_name or self.kernel_name
         thread = exec_thread or (self.exec_thread if kernel_name is None else None)
+        env = checkpoint_root_env(self.checkpoint_root, server_url=self.server_url, connection_file=None)
         return {
+            **({"env": env} if env else {}),
             "kernel_name": name,
             "server_url": self.server_url,
             "token": self.token,
@@ -83,7 +89,8 @@ def kernel_arguments(kernel_name: str, exec_thread: str | None, grace: float | N
         if remote:
             raise BadInputError(
                 "exec_thread cannot be passed to a kernel started through a server; "
-                "choose the kernelspec instead ('cancelkernel' runs cells on the main thread, 'cancelkernel-worker' on a worker)"
+                "choose the kernelspec instead ('cancelkernel' runs cells on the main thread, "
+                "'cancelkernel-worker' on a worker)"
             )
     if not ours or remote:
         return []
@@ -100,10 +107,7 @@ def budget(name: str, value: t.Any) -> float | None:
     """A per-call budget: None takes the server's default, 0 turns it off, else seconds (the one grammar)."""
     if value is None:
         return None
-    try:
-        return parse_duration(value, name)
-    except DurationError as exc:
-        raise BadInputError(f"{exc}; or leave it out for the server's default") from None
+    return parse_seconds(value, name, hint="; or leave it out for the server's default")
 
 
 def memory_budget(value: t.Any) -> int | None:
@@ -120,10 +124,7 @@ def wait_seconds(value: t.Any, default: float) -> float:
     """How long a call may wait for a cell: the default, or 0 .. MAX_WAIT seconds."""
     if value is None:
         return default
-    try:
-        seconds = parse_duration(value, "wait")
-    except DurationError as exc:
-        raise BadInputError(str(exc)) from None
+    seconds = parse_seconds(value, "wait")
     if seconds > MAX_WAIT:
         raise BadInputError(f"wait={value!r} is more than {MAX_WAIT:g} s; wait less and call get_execution again")
     return seconds
@@ -154,38 +155,67 @@ def offset(name: str, value: t.Any, default: int, *, most: int | None = None) ->
 # -- the command line --------------------------------------------------------------------
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises instead of exiting, so bad options become one message and exit code 2."""
-
-    def error(self, message: str) -> t.NoReturn:
-        raise BadInputError(f"{self.prog}: {message}")
-
-
-def parser() -> argparse.ArgumentParser:
-    p = _Parser(
+def parser() -> AgentParser:
+    p = AgentParser(
         prog="cancelkernel mcp",
         description="An MCP server that runs notebook cells for agents under the cancelkernel policy "
         "(budgets, one targeted interrupt, restart with state, a log).",
     )
-    p.add_argument("--http", default=None, metavar="[HOST:]PORT",
-                   help=f"serve streamable HTTP on HOST:PORT (default host {LOOPBACK}; port 0 picks one) instead of stdio")
-    p.add_argument("--kernel", default="cancelkernel", metavar="NAME",
-                   help="kernelspec of the kernels it starts (default: %(default)s; 'python3' works, with less)")
-    p.add_argument("--exec-thread", choices=EXEC_THREADS, default=None, help="our kernel: run cells on the main thread or a worker thread")
-    p.add_argument("--wall-budget", type=duration_arg("--wall-budget"), default=DEFAULT_WALL_BUDGET, metavar="S",
-                   help="default seconds a cell may run (default: %(default)g; 0 = none)")
-    p.add_argument("--quiet-budget", type=duration_arg("--quiet-budget"), default=DEFAULT_QUIET_BUDGET, metavar="S",
-                   help="default seconds a cell may run without output (default: %(default)g; 0 = none)")
-    p.add_argument("--interrupt-grace", type=duration_arg("--interrupt-grace"), default=None, metavar="S",
-                   help="seconds an interrupted cell gets to stop before the restart")
-    p.add_argument("--checkpoint", choices=CHECKPOINT_MODES, default="off", help="automatic checkpoints (default: %(default)s)")
-    p.add_argument("--log", default=None, metavar="FILE",
-                   help="append one JSON line per intervention to FILE (default: a file removed at exit); also the resource cancelkernel://log")
-    p.add_argument("--cwd", default=None, metavar="DIR", help="working directory of the kernels (and of relative notebook paths)")
-    p.add_argument("--server-url", default=None, metavar="URL", help="start the kernels behind this Jupyter Server or kernel gateway (cancelkernel[remote])")
-    p.add_argument("--token", default=None, metavar="T", help="the server's token (default: $JUPYTER_TOKEN)")
-    p.add_argument("--no-spare", dest="spare", action="store_false",
-                   help="no warm spare kernel per kernel (saves one idle kernel's memory each; a restart is then a cold start)")
+    p.add_argument(
+        "--http",
+        default=None,
+        metavar="[HOST:]PORT",
+        help=f"serve streamable HTTP on HOST:PORT (default host {LOOPBACK}; port 0 picks one) instead of stdio; "
+        "clients must send a bearer token (below)",
+    )
+    p.add_argument(
+        "--mcp-token",
+        default=None,
+        metavar="TOKEN",
+        help=f"with --http: the token clients must send as `Authorization: Bearer TOKEN` (default: ${TOKEN_ENV}, "
+        "else one made at start and printed on stderr); the variable keeps it out of the process list",
+    )
+    p.add_argument(
+        "--no-mcp-token",
+        dest="no_mcp_token",
+        action="store_true",
+        help="with --http on a loopback address only: no token (any process on this machine may then run code as you)",
+    )
+    p.add_argument(
+        "--allow-host",
+        dest="allowed_hosts",
+        action="append",
+        default=[],
+        metavar="NAME[:PORT]",
+        help="with --http: a Host name clients use to reach the server (e.g. the machine's name behind 0.0.0.0); "
+        "the Host/Origin check refuses others (repeatable; default: the bound address, or the loopback names)",
+    )
+    p.add_kernel("kernelspec of the kernels it starts (default: %(default)s; 'python3' works, with less)")
+    p.add_argument(
+        "--exec-thread",
+        choices=EXEC_THREADS,
+        default=None,
+        help="our kernel: run cells on the main thread or a worker thread",
+    )
+    p.add_budgets(
+        wall="default seconds a cell may run (default: %(default)g; 0 = none)",
+        quiet="default seconds a cell may run without output (default: %(default)g; 0 = none)",
+        defaults=(DEFAULT_WALL_BUDGET, DEFAULT_QUIET_BUDGET),
+    )
+    p.add_interrupt_grace("seconds an interrupted cell gets to stop before the restart")
+    p.add_checkpoint()
+    p.add_checkpoint_root()
+    p.add_log(
+        "append one JSON line per intervention to FILE (default: a file removed at exit); "
+        "also the resource cancelkernel://log"
+    )
+    p.add_argument(
+        "--cwd", default=None, metavar="DIR", help="working directory of the kernels (and of relative notebook paths)"
+    )
+    p.add_server("start the kernels behind this Jupyter Server or kernel gateway (cancelkernel[remote])")
+    p.add_no_spare(
+        "no warm spare kernel per kernel (saves one idle kernel's memory each; a restart is then a cold start)"
+    )
     return p
 
 
@@ -205,15 +235,45 @@ def parse_args(argv: list[str]) -> ServerOptions:
         quiet_budget=t.cast(float, args.quiet_budget),
         interrupt_grace=t.cast("float | None", args.interrupt_grace),
         checkpoint=args.checkpoint,
+        checkpoint_root=os.path.abspath(os.path.expanduser(args.checkpoint_root)) if args.checkpoint_root else None,
         log=os.path.abspath(args.log) if args.log else None,
         cwd=os.path.abspath(args.cwd) if args.cwd else None,
         server_url=args.server_url,
         token=args.token,
         http=http_address(args.http) if args.http is not None else None,
         spare=args.spare,
+        allowed_hosts=list(args.allowed_hosts),
     )
+    options.mcp_token, options.token_generated = http_token(options.http, args.mcp_token, args.no_mcp_token)
+    if options.allowed_hosts and options.http is None:
+        raise BadInputError("--allow-host applies to --http only")
     options.agent_options()  # exec thread and kernel checked before anything starts
     return options
+
+
+def http_token(http: tuple[str, int] | None, given: str | None, none: bool) -> tuple[str | None, bool]:
+    """The bearer token HTTP clients must send, and whether it was made here; BadInputError for a misuse."""
+    if http is None:
+        if given is not None or none:
+            raise BadInputError("--mcp-token and --no-mcp-token apply to --http only (stdio has no HTTP to guard)")
+        return None, False
+    if none:
+        if given is not None:
+            raise BadInputError("give either --mcp-token or --no-mcp-token, not both")
+        if not is_loopback(http[0]):
+            raise BadInputError(
+                f"--no-mcp-token is refused on {http[0]}, which is not a loopback address: anyone who reaches the port "
+                "would run code as you. Keep the token (the default), or bind 127.0.0.1"
+            )
+        return None, False
+    token = given if given is not None else os.environ.get(TOKEN_ENV) or None
+    if token is None:
+        return new_token(), True
+    problem = token_problem(token)
+    if problem is not None:
+        source = "--mcp-token" if given is not None else f"${TOKEN_ENV}"
+        raise BadInputError(f"{source} cannot be used as a bearer token: {problem}")
+    return token, False
 
 
 def http_address(text: str) -> tuple[str, int]:
@@ -227,12 +287,3 @@ def http_address(text: str) -> tuple[str, int]:
     if not 0 <= port <= 65535:
         raise BadInputError(f"--http port must be 0..65535 (0 picks a free one), not {port}")
     return host, port
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False

@@ -51,14 +51,23 @@ def _data_item(kind: str, data: dict[str, t.Any]) -> dict[str, t.Any]:
     if EVENT_MIME in data or NOTE_CLASS in str(data.get("text/html", "")):
         # The kernel's note about the cell (older kernels put the event itself in data).
         plain = data.get("text/plain")
-        return {"type": "event", "mime": mimes, "text": _line(str(plain) if plain else json.dumps(data.get(EVENT_MIME), default=str))}
+        return {
+            "type": "event",
+            "mime": mimes,
+            "text": _line(str(plain) if plain else json.dumps(data.get(EVENT_MIME), default=str)),
+        }
     image = next((m for m in IMAGE_MIMES if m in data), None)
     if image is not None:
         raw = data[image]
         encoded = base64.b64encode(raw.encode()).decode() if image == "image/svg+xml" else str(raw).replace("\n", "")
         alt = str(data.get("text/plain") or "")
-        return {"type": "image", "mime": mimes, "_image_mime": image, "text": _line(f"[{image} image, {len(encoded) * 3 // 4} bytes] {alt}".rstrip()),
-                "_image": encoded}
+        return {
+            "type": "image",
+            "mime": mimes,
+            "_image_mime": image,
+            "text": _line(f"[{image} image, {len(encoded) * 3 // 4} bytes] {alt}".rstrip()),
+            "_image": encoded,
+        }
     for mime in TEXT_MIMES:
         if mime in data:
             value = data[mime]
@@ -72,7 +81,12 @@ def _line(text: str) -> str:
 
 
 def window(
-    found: list[dict[str, t.Any]], since: int, limit: int, *, explicit: bool, again: t.Callable[[int], str],
+    found: list[dict[str, t.Any]],
+    since: int,
+    limit: int,
+    *,
+    explicit: bool,
+    again: t.Callable[[int], str],
 ) -> dict[str, t.Any]:
     """The items (cut) inside the answer's window, image blocks for the images in it, and the truncation note.
 
@@ -98,21 +112,32 @@ def window(
                 continue
             part = {k: v for k, v in item.items() if not k.startswith("_")}
             part["start"] = max(start, lo)
-            part["text"] = item["text"][max(0, lo - start): hi - start]
+            part["text"] = item["text"][max(0, lo - start) : hi - start]
             if "_image" in item and start >= lo:
                 part["content_index"], part["note"] = _image_block(item, images, start)
             kept.append(part)
     truncated = None
     if len(spans) == 2:
         lo, hi = spans[0][1], spans[1][0]
-        truncated = {"omitted_from": lo, "omitted_to": hi,
-                     "note": f"{hi - lo} characters of output were left out (characters {lo} to {hi}); call {again(lo)} to read them"}
+        truncated = {
+            "omitted_from": lo,
+            "omitted_to": hi,
+            "note": (
+                f"{hi - lo} characters of output were left out (characters {lo} to {hi}); call {again(lo)} to read them"
+            ),
+        }
         next_since = total
     else:
         next_since = spans[0][1]
         if next_since < total:
-            truncated = {"omitted_from": next_since, "omitted_to": total,
-                         "note": f"the output goes on for {total - next_since} more characters; call {again(next_since)} to read them"}
+            truncated = {
+                "omitted_from": next_since,
+                "omitted_to": total,
+                "note": (
+                    f"the output goes on for {total - next_since} more characters; "
+                    f"call {again(next_since)} to read them"
+                ),
+            }
     return {"outputs": kept, "images": images, "output_chars": total, "next_since": next_since, "truncated": truncated}
 
 

@@ -46,7 +46,8 @@ class Session:
         self.cells: dict[str, str] = {}  # source hash -> the cell id of its first execution
         self.lock = threading.Lock()  # submit, restart and shutdown of this kernel, one at a time
         self.closed = False
-        self.requested: tuple[str | None, str | None] = (None, None)  # (kernel_name, exec_thread) asked for; restart(restore=false) asks again
+        # (kernel_name, exec_thread) asked for; restart(restore=false) asks again
+        self.requested: tuple[str | None, str | None] = (None, None)
 
     @property
     def running(self) -> ToolExecution | None:
@@ -64,13 +65,16 @@ class Session:
     def busy_message(self, doing: str) -> str:
         running = self.running
         if running is None:
-            return f"cannot {doing}: kernel {self.id!r} is busy (a restart or a checkpoint call is in progress); try again in a moment"
+            return (
+                f"cannot {doing}: kernel {self.id!r} is busy (a restart or a checkpoint call is in progress); "
+                "try again in a moment"
+            )
         watch = running.watch
         where = f", at {watch.current_line()}" if watch.current_line() else ""
         return (
-            f"cannot {doing}: kernel {self.id!r} is running execution {running.id!r} ({watch.elapsed():.1f} s{where}); "
-            f"call get_execution(execution_id={running.id!r}, wait=30) to follow it, interrupt(execution_id={running.id!r}) to stop it, "
-            f"or start_kernel() for a second kernel"
+            f"cannot {doing}: kernel {self.id!r} is running execution {running.id!r} "
+            f"({watch.elapsed():.1f} s{where}); call get_execution(execution_id={running.id!r}, wait=30) to follow it, "
+            f"interrupt(execution_id={running.id!r}) to stop it, or start_kernel() for a second kernel"
         )
 
 
@@ -97,7 +101,9 @@ class Sessions:
         if kernel_id is None:
             return self._default() if start else self.existing_default()
         if not isinstance(kernel_id, str) or not kernel_id:
-            raise BadInputError(f"kernel_id must be an id from list_kernels (such as 'default' or 'k1'), not {kernel_id!r:.80}")
+            raise BadInputError(
+                f"kernel_id must be an id from list_kernels (such as 'default' or 'k1'), not {kernel_id!r:.80}"
+            )
         with self._lock:
             session = self._kernels.get(kernel_id)
             known = sorted(self._kernels)
@@ -114,7 +120,10 @@ class Sessions:
         with self._lock:
             session = self._kernels.get(DEFAULT_ID)
         if session is None:
-            raise BadInputError("the default kernel is not running yet (the first execute starts it); or give a kernel_id from list_kernels")
+            raise BadInputError(
+                "the default kernel is not running yet (the first execute starts it); "
+                "or give a kernel_id from list_kernels"
+            )
         return session
 
     def _default(self) -> Session:
@@ -129,9 +138,13 @@ class Sessions:
                 session = self._kernels.get(DEFAULT_ID)
             return session if session is not None else self._start(DEFAULT_ID, None, None, default=True)
 
-    def start_kernel(self, kernel_name: str | None = None, exec_thread: str | None = None, *, prefix: str = "k") -> Session:
+    def start_kernel(
+        self, kernel_name: str | None = None, exec_thread: str | None = None, *, prefix: str = "k"
+    ) -> Session:
         if kernel_name is not None and (not isinstance(kernel_name, str) or not kernel_name):
-            raise BadInputError(f"kernel_name must be a kernelspec name such as 'cancelkernel' or 'python3', not {kernel_name!r:.80}")
+            raise BadInputError(
+                f"kernel_name must be a kernelspec name such as 'cancelkernel' or 'python3', not {kernel_name!r:.80}"
+            )
         with self._lock:
             self._check_open()
             kernel_id = f"{prefix}{next(self._ids)}"
@@ -139,7 +152,12 @@ class Sessions:
 
     def _start(self, kernel_id: str, kernel_name: str | None, exec_thread: str | None, *, default: bool) -> Session:
         ak = self._new_kernel(kernel_name, exec_thread)
-        session = Session(kernel_id, ak, default=default, exec_thread=exec_thread or (self.options.exec_thread if kernel_name is None else None))
+        session = Session(
+            kernel_id,
+            ak,
+            default=default,
+            exec_thread=exec_thread or (self.options.exec_thread if kernel_name is None else None),
+        )
         session.requested = (kernel_name, exec_thread)
         with self._lock:
             if self._closed:  # the server began to exit while this kernel started
@@ -186,8 +204,16 @@ class Sessions:
     # -- cells --
 
     def execute(
-        self, code: str, kernel_id: t.Any, *, wall_budget: float | None, quiet_budget: float | None,
-        cell_id: str | None, retry_of: str | None, may_block: bool = True, memory_budget: int | None = None,
+        self,
+        code: str,
+        kernel_id: t.Any,
+        *,
+        wall_budget: float | None,
+        quiet_budget: float | None,
+        cell_id: str | None,
+        retry_of: str | None,
+        may_block: bool = True,
+        memory_budget: int | None = None,
     ) -> ToolExecution | None:
         """Submit one cell; BadInputError (nothing run) if the kernel is busy or an argument is wrong.
 
@@ -202,7 +228,9 @@ class Sessions:
                     return None
         session = self.get(kernel_id, start=True)
         if earlier is not None:
-            wall_budget, quiet_budget, memory_budget, cell_id = _retry_of(earlier, session, wall_budget, quiet_budget, memory_budget)
+            wall_budget, quiet_budget, memory_budget, cell_id = _retry_of(
+                earlier, session, wall_budget, quiet_budget, memory_budget
+            )
         if not session.lock.acquire(blocking=may_block):
             return None
         try:
@@ -213,11 +241,22 @@ class Sessions:
             execution_id = self.executions.new_id()
             cell = cell_id or session.cell_id_for(code, execution_id)
             try:
-                submission = session.ak.submit(code, wall_budget=wall_budget, quiet_budget=quiet_budget, memory_budget=memory_budget, cell_id=cell,
-                                               risky=True if earlier else None, want_status=False)  # on once watched
+                submission = session.ak.submit(
+                    code,
+                    wall_budget=wall_budget,
+                    quiet_budget=quiet_budget,
+                    memory_budget=memory_budget,
+                    cell_id=cell,
+                    risky=True if earlier else None,
+                    want_status=False,  # on once watched
+                )
             except BadInputError as exc:
-                raise BadInputError(session.busy_message("run the cell") if "still in progress" in str(exc) else str(exc)) from None
-            execution = ToolExecution(execution_id, session.id, submission, source=code, cell_id=cell, retry_of=retry_of)
+                raise BadInputError(
+                    session.busy_message("run the cell") if "still in progress" in str(exc) else str(exc)
+                ) from None
+            execution = ToolExecution(
+                execution_id, session.id, submission, source=code, cell_id=cell, retry_of=retry_of
+            )
             session.current = session.last = execution
             self.executions.add(execution)
         finally:
@@ -258,10 +297,14 @@ def _retry_of(
 ) -> tuple[float | None, float | None, int | None, str]:
     """A fix of an earlier execution: the same cell (its one interrupt already used), the same budgets unless given."""
     if earlier.kernel_id != session.id:
-        raise BadInputError(f"retry_of={earlier.id!r} ran on kernel {earlier.kernel_id!r}; retry it there (leave kernel_id out)")
+        raise BadInputError(
+            f"retry_of={earlier.id!r} ran on kernel {earlier.kernel_id!r}; retry it there (leave kernel_id out)"
+        )
     ending = earlier.ending()
     if ending is None:
-        raise BadInputError(f"execution {earlier.id!r} is still running; interrupt it or wait for it before sending its fix")
+        raise BadInputError(
+            f"execution {earlier.id!r} is still running; interrupt it or wait for it before sending its fix"
+        )
     budgets = ending.result.budgets if ending.result is not None else {}
     # A budget that was off stays off (0); None would take the server's default instead.
     wall = wall if wall is not None else (budgets.get("wall_budget") or 0.0)
@@ -281,7 +324,8 @@ def _close(session: Session, why: str) -> None:
 
 
 def _kill(pid: int | None) -> None:
-    """SIGKILL a kernel process of ours that is still there (its process group: jupyter_client starts it in a session)."""
+    """SIGKILL a kernel process of ours that is still there (its process group:
+    jupyter_client starts it in a session)."""
     if pid is None or pid == os.getpid():
         return
     with contextlib.suppress(OSError):

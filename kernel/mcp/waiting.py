@@ -33,7 +33,9 @@ WATCH_AFTER = 0.5  # a cell still running after this long is asked where it is (
 CANCELLED = "the MCP client cancelled the execute call"
 
 
-async def follow(ctx: Context | None, execution: ToolExecution, wait: float, *, interrupt_on_cancel: bool, watch: bool = True) -> None:
+async def follow(
+    ctx: Context | None, execution: ToolExecution, wait: float, *, interrupt_on_cancel: bool, watch: bool = True
+) -> None:
     """Return when the execution has ended or `wait` seconds have passed, reporting progress meanwhile.
 
     watch=False (waiting for an interrupt to land): no new status requests, which would
@@ -50,8 +52,8 @@ async def follow(ctx: Context | None, execution: ToolExecution, wait: float, *, 
             # Ticks on the cell's own clock: at WATCH_AFTER it is watched, then a report every PROGRESS_EVERY.
             age = execution.watch.elapsed()
             step = WATCH_AFTER - age if age < WATCH_AFTER else PROGRESS_EVERY - age % PROGRESS_EVERY
-            # A worker thread blocks on the cell's own event: the answer goes out as soon as the cell ends.
-            if await anyio.to_thread.run_sync(execution.wait, max(0.01, min(step, left)), abandon_on_cancel=True):
+            # The cell's thread wakes this wait as it ends: the answer goes out at once.
+            if await execution.ended_within(max(0.01, min(step, left))):
                 return
             age = execution.watch.elapsed()
             if watch and age >= WATCH_AFTER - 0.02:
@@ -72,20 +74,31 @@ async def report_watch(ctx: Context | None, label: str, w: CellWatch | None) -> 
     """One progress notification (nothing if the client sent no progress token)."""
     if ctx is None or w is None:
         return
-    elapsed = w.elapsed()
-    where = w.current_line()
-    message = (
-        f"{label}: running {elapsed:.1f} s, {w.seconds_since_output():.1f} s since output, {plural(len(w.outputs), 'output')}"
-        + (f", at {where}" if where else "")
-    )
     with contextlib.suppress(Exception):  # a client that went away gets no progress; the call's own end says so
-        await ctx.report_progress(round(elapsed, 3), None, message)
+        await ctx.report_progress(round(w.elapsed(), 3), None, progress_text(label, w))
+
+
+def progress_text(label: str, w: CellWatch | None) -> str:
+    """A running cell as the kernel sees it, in one line (progress messages, a task's statusMessage)."""
+    if w is None:
+        return f"{label}: starting"
+    where = w.current_line()
+    return (
+        f"{label}: running {w.elapsed():.1f} s, {w.seconds_since_output():.1f} s since output, "
+        f"{plural(len(w.outputs), 'output')}" + (f", at {where}" if where else "")
+    )
 
 
 async def run_blocking(
-    ctx: Context | None, label: str, fn: t.Callable[[], T], *, watch: t.Callable[[], CellWatch | None], on_cancel: t.Callable[[], None],
+    ctx: Context | None,
+    label: str,
+    fn: t.Callable[[], T],
+    *,
+    watch: t.Callable[[], CellWatch | None],
+    on_cancel: t.Callable[[], None],
 ) -> T:
-    """fn() on its own thread (a notebook cell run to the end), with progress from `watch()`; a cancellation calls on_cancel()."""
+    """fn() on its own thread (a notebook cell run to the end), with progress from `watch()`;
+    a cancellation calls on_cancel()."""
     done = threading.Event()
     box: dict[str, t.Any] = {}
 

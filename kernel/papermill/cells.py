@@ -63,7 +63,11 @@ def error_output(result: CellResult) -> dict[str, t.Any]:
         ename = "KeyboardInterrupt"
     evalue = result.reason_text or f"the cell ended {result.status}"
     if result.status in ("restarted", "died"):
-        restored = f" ({plural(len(result.restored), 'name')} from checkpoint {result.checkpoint!r})" if result.restored else ""
+        restored = (
+            f" ({plural(len(result.restored), 'name')} from checkpoint {result.checkpoint!r})"
+            if result.restored
+            else ""
+        )
         evalue += f"; the kernel was restarted, state {result.state}{restored}"
     return {"output_type": "error", "ename": ename, "evalue": evalue, "traceback": [f"{ename}: {evalue}"]}
 
@@ -71,7 +75,9 @@ def error_output(result: CellResult) -> dict[str, t.Any]:
 class OutputEcho:
     """--log-output and --stdout-file / --stderr-file: each output once, streams as their text grows."""
 
-    def __init__(self, logger: logging.Logger, *, log_output: bool, stdout_file: t.Any = None, stderr_file: t.Any = None):
+    def __init__(
+        self, logger: logging.Logger, *, log_output: bool, stdout_file: t.Any = None, stderr_file: t.Any = None
+    ):
         self.logger = logger
         self.log_output = log_output
         self.files = {"stdout": stdout_file, "stderr": stderr_file}

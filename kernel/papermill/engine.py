@@ -39,7 +39,8 @@ PAPERMILL_ARGS = ("input_path",)
 
 
 class CancelkernelEngine(Engine):
-    """Run a papermill notebook under the agent policy: budgets, one interrupt, restart with state, a report per cell."""
+    """Run a papermill notebook under the agent policy: budgets, one interrupt, restart with state,
+    a report per cell."""
 
     @classmethod
     def execute_managed_notebook(
@@ -68,17 +69,21 @@ class CancelkernelEngine(Engine):
         return nb_man.nb
 
 
-def engine_options(nb: t.Any, *, execution_timeout: float | None = None, **kwargs: t.Any) -> tuple[dict[str, t.Any], ErrorRules, str]:
+def engine_options(
+    nb: t.Any, *, execution_timeout: float | None = None, **kwargs: t.Any
+) -> tuple[dict[str, t.Any], ErrorRules, str]:
     """(AgentKernel options, error rules, the skip tag) from papermill's keyword arguments and the notebook's metadata.
 
     Raises BadInputError, before any kernel starts, for a notebook option it does not know or a clash.
     """
     options = notebook_options(nb)
-    timeout = execution_timeout if execution_timeout else kwargs.pop("timeout", None)  # nbclient's name, as papermill's engine reads it
+    # nbclient's name, as papermill's engine reads it
+    timeout = execution_timeout if execution_timeout else kwargs.pop("timeout", None)
     kwargs.pop("timeout", None)
     if timeout and kwargs.get("wall_budget") is not None:
         raise BadInputError(
-            f"execution_timeout={timeout!r} and wall_budget={kwargs['wall_budget']!r} both set the wall budget of every cell; give one"
+            f"execution_timeout={timeout!r} and wall_budget={kwargs['wall_budget']!r} both set the wall budget of "
+            "every cell; give one"
         )
     if timeout:
         options["wall_budget"] = timeout
@@ -92,19 +97,27 @@ def engine_options(nb: t.Any, *, execution_timeout: float | None = None, **kwarg
 
 
 def notebook_options(nb: t.Any) -> dict[str, t.Any]:
-    """The policy a notebook asks for in its metadata.cancelkernel (e.g. {"checkpoint": "before-risky", "quiet_budget": "2m"})."""
+    """The policy a notebook asks for in its metadata.cancelkernel
+    (e.g. {"checkpoint": "before-risky", "quiet_budget": "2m"})."""
     said = (nb.get("metadata") or {}).get(KEY)
     if said is None:
         return {}
     if not isinstance(said, dict):
-        raise BadInputError(f"notebook metadata.{KEY} must be an object such as {{\"checkpoint\": \"before-risky\"}}, not {said!r}")
+        raise BadInputError(
+            f'notebook metadata.{KEY} must be an object such as {{"checkpoint": "before-risky"}}, not {said!r}'
+        )
     unknown = sorted(set(said) - set(NOTEBOOK_OPTIONS))
     if unknown:
-        raise BadInputError(f"notebook metadata.{KEY} has {', '.join(map(repr, unknown))}; it may set {', '.join(NOTEBOOK_OPTIONS)}")
+        raise BadInputError(
+            f"notebook metadata.{KEY} has {', '.join(map(repr, unknown))}; it may set {', '.join(NOTEBOOK_OPTIONS)}"
+        )
     return {k: v for k, v in said.items() if v is not None}
 
 
 def _what_it_gets(ak: t.Any) -> str:
     if ak.info.ours:
         return "cancelkernel engine: budgets, targeted interrupts, checkpoints"
-    return "cancelkernel engine, degraded on a stock kernel: budgets watched by the client, interrupts by the kernelspec's means, no checkpoints"
+    return (
+        "cancelkernel engine, degraded on a stock kernel: budgets watched by the client, "
+        "interrupts by the kernelspec's means, no checkpoints"
+    )

@@ -10,6 +10,7 @@ nothing is found and nothing is signalled.
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 
@@ -55,7 +56,5 @@ class ChildSignaller:
         for pid in child_pids(os.getpid()):
             if self._spared and _identity(pid) in self._spared:
                 continue
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(pid, signum)
-            except OSError:
-                pass

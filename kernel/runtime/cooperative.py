@@ -1,4 +1,5 @@
-"""Blocking waits an interrupt can reach in threads other than the main one: `time.sleep` and `threading.Condition.wait`.
+"""Blocking waits an interrupt can reach in threads other than the main one:
+`time.sleep` and `threading.Condition.wait`.
 
 A thread blocked in C cannot receive an async exception (only SIGINT on the
 main thread breaks such a call).  So while a cell's window is open on another
@@ -135,4 +136,3 @@ class CooperativeWaits:
                 return True
             frame = frame.f_back
         return False
-

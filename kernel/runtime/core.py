@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from .. import native
 from ..protocol import CANCEL_REASONS
 from .children import ChildSignaller
-from .execution import CellInterrupt, Execution, Window
+from .execution import Execution, Window
 
 if TYPE_CHECKING:
     from .deadlines import CancelScope
@@ -45,7 +45,7 @@ def drop_pending_async_exception() -> None:
     "Delivering an interrupt to a thread").  Call it only after the window is
     closed, so that no new exception can be aimed at the thread.
     """
-    try:
+    try:  # noqa: SIM105 - not contextlib.suppress: an async exception may land in its frames, out of its reach
         _breaker_check()
     except BaseException:  # noqa: BLE001 - ours (an interrupt or a deadline), arrived after the cell's code ended
         pass
@@ -56,7 +56,7 @@ class CancellationCore:
 
     def __init__(self, *, signal_children: bool = True):
         self._lock = threading.Lock()
-        self._gens = itertools.count(1)
+        self._generations = itertools.count(1)
         self._by_thread: dict[int, Execution] = {}
         self._children = ChildSignaller() if signal_children else None
         # Set by the SIGINT owner: the execution the kernel is about to SIGINT itself for.
@@ -66,13 +66,13 @@ class CancellationCore:
 
     def begin(self, msg_id: str, code: str, *, thread_id: int, subshell_id: str | None = None) -> Execution:
         """A cell starts; its user code will run on `thread_id`."""
-        gen = next(self._gens)
-        execution = Execution(msg_id=msg_id, gen=gen, code=code, thread_id=thread_id, subshell_id=subshell_id)
-        # A class per execution: an async exception can only carry a class, and this one names its cell.
-        execution.exc_class = type("KeyboardInterrupt", (CellInterrupt,), {"execution": execution})
+        generation = next(self._generations)
+        execution = Execution(
+            msg_id=msg_id, generation=generation, code=code, thread_id=thread_id, subshell_id=subshell_id
+        )
         with self._lock:
             self._by_thread[thread_id] = execution
-            native.begin(gen, thread_id, parent=subshell_id is None)
+            native.begin(generation, thread_id, parent=subshell_id is None)
         return execution
 
     def end(self, execution: Execution) -> None:
@@ -84,14 +84,15 @@ class CancellationCore:
                 del self._by_thread[execution.thread_id]
             if self.sigint_expected is execution:
                 self.sigint_expected = None
-            native.end(execution.gen)
+            native.end(execution.generation)
 
     def forget_after_fork(self) -> None:
-        """In a process forked from the kernel: nothing runs here that an interrupt may reach (the child is not the kernel)."""
+        """In a process forked from the kernel: nothing runs here that an interrupt may reach
+        (the child is not the kernel)."""
         self._lock = threading.Lock()  # another thread may have held it at the fork
         for execution in self._by_thread.values():
-            native.close_window(execution.gen, execution.thread_id)
-            native.end(execution.gen)
+            native.close_window(execution.generation, execution.thread_id)
+            native.end(execution.generation)
         drop_pending_async_exception()
         self._by_thread.clear()
         self.sigint_expected = None
@@ -99,7 +100,7 @@ class CancellationCore:
     def running(self) -> list[Execution]:
         """Every execution running now, parent shell first."""
         found = list(self._by_thread.values())
-        return sorted(found, key=lambda e: (e.subshell_id is not None, e.gen))
+        return sorted(found, key=lambda e: (e.subshell_id is not None, e.generation))
 
     def on_thread(self, thread_id: int | None) -> Execution | None:
         """The execution whose user code runs (or will run) on `thread_id`."""
@@ -118,7 +119,7 @@ class CancellationCore:
     def open_window(self, execution: Execution, window: Window) -> None:
         """Called on the exec thread just before user code; raises if already cancelled."""
         if not window.on_main_thread:
-            native.open_window(execution.gen, window.thread_id)
+            native.open_window(execution.generation, window.thread_id)
         execution.window = window
         if execution.cancelled and not execution.cancel.delivered:
             # It arrived between two statements: one interrupt is one KeyboardInterrupt,
@@ -138,7 +139,7 @@ class CancellationCore:
                 if execution.window is window:
                     execution.window = None
                 if not window.on_main_thread:
-                    native.close_window(execution.gen, window.thread_id)
+                    native.close_window(execution.generation, window.thread_id)
                     drop_pending_async_exception()
                 return late
             except KeyboardInterrupt as exc:  # ours or a deadline scope's, fired at the boundary
@@ -157,7 +158,7 @@ class CancellationCore:
             return hit[0] if hit else None
         return next(iter(self._cancel(lambda: [e for e in self.running() if e.msg_id == target], reason)), None)
 
-    def cancel_all(self, reason: str, *, subshell_id: str | None | object = ...) -> list[Execution]:
+    def cancel_all(self, reason: str, *, subshell_id: str | object | None = ...) -> list[Execution]:
         """Cancel every running execution (only the one of `subshell_id`, None = the parent shell, if given)."""
 
         def matching() -> list[Execution]:
@@ -184,7 +185,7 @@ class CancellationCore:
             state.time = time.monotonic()
         state.interrupts_sent += 1
         state.delivered = False  # each interrupt is raised once, wherever the code is
-        native.cancel(execution.gen)
+        native.cancel(execution.generation)
 
     def deliver(self, execution: Execution, exc_class: type[BaseException]) -> None:
         """Raise `exc_class` where the execution's user code is (or let open_window do it later)."""
@@ -192,7 +193,7 @@ class CancellationCore:
         if window is None:
             return  # between statements: open_window raises when user code resumes
         if window.on_main_thread:
-            native.expect_sigint(execution.gen)
+            native.expect_sigint(execution.generation)
             self.sigint_expected = execution
             main = threading.main_thread().ident
             assert main is not None
@@ -202,7 +203,7 @@ class CancellationCore:
             # thread later only if busy code keeps the loop from running.
             window.loop.call_soon_threadsafe(self.cancel_task_if_open, execution, window)
             execution.cancel.escalate_at = time.monotonic() + ASYNC_ESCALATION
-        elif native.raise_in_window(execution.gen, exc_class):
+        elif native.raise_in_window(execution.generation, exc_class):
             execution.cancel.delivered = True
         else:
             # Not aimed now (the thread is starting a thread that still carries its id): the watchdog tries again.
@@ -220,7 +221,7 @@ class CancellationCore:
             exc_class = self.exc_for(execution)
             if exc_class is None:
                 return
-            if native.raise_in_window(execution.gen, exc_class):
+            if native.raise_in_window(execution.generation, exc_class):
                 execution.cancel.delivered = True
             elif window.loop is None:
                 execution.cancel.escalate_at = time.monotonic()  # still not aimed: the next tick tries again
@@ -255,7 +256,7 @@ class CancellationCore:
                 return False
             scope.cancel_called = True
             execution.cancel.pending_scope = scope
-            native.cancel(execution.gen)
+            native.cancel(execution.generation)
             if not execution.cancelled:
                 self.deliver(execution, scope.exc_class)
             return True
@@ -268,14 +269,13 @@ class CancellationCore:
         execution.cancel.pending_scope = None
         if execution.cancelled:
             return
-        native.uncancel(execution.gen)  # the flag was set for the deadline only: clear it
+        native.uncancel(execution.generation)  # the flag was set for the deadline only: clear it
         window = execution.window
         if window is not None and not window.on_main_thread:
             # Drop a deadline exception still pending for this thread, keep the window.
-            native.close_window(execution.gen, window.thread_id)
+            native.close_window(execution.generation, window.thread_id)
             drop_pending_async_exception()
-            native.open_window(execution.gen, window.thread_id)
+            native.open_window(execution.generation, window.thread_id)
             if execution.cancelled:
                 execution.cancel.delivered = True
                 raise execution.exc_class()
-

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from .core import CancellationCore
     from .execution import Execution
 
-__all__ = ["DeadlineExceeded", "CancelScope", "fail_after", "fail_at", "move_on_after", "move_on_at"]
+__all__ = ["CancelScope", "DeadlineExceeded", "fail_after", "fail_at", "move_on_after", "move_on_at"]
 
 
 class DeadlineExceeded(TimeoutError):
@@ -69,7 +69,9 @@ class CancelScope:
     scope then actually stopped something (trio's distinction).
     """
 
-    def __init__(self, *, raise_on_expiry: bool, description: str, deadline: float | None = None, seconds: float | None = None):
+    def __init__(
+        self, *, raise_on_expiry: bool, description: str, deadline: float | None = None, seconds: float | None = None
+    ):
         self.raise_on_expiry = raise_on_expiry
         self.description = description
         self._seconds = seconds
@@ -96,7 +98,9 @@ class CancelScope:
             )
         caller = sys._getframe(1)
         label = context.label_of(caller.f_code.co_filename)
-        self.start(context, f"{label}, line {caller.f_lineno}" if label else f"{caller.f_code.co_filename}:{caller.f_lineno}")
+        self.start(
+            context, f"{label}, line {caller.f_lineno}" if label else f"{caller.f_code.co_filename}:{caller.f_lineno}"
+        )
         return self
 
     def start(self, context: CellContext, where: str, *, thread_id: int | None = None) -> None:
@@ -134,9 +138,13 @@ class CancelScope:
     def owns(self, value: BaseException) -> bool:
         """Whether `value` is this scope's expiry (and not an outer scope's, or a real interrupt)."""
         return (
-            isinstance(value, self.exc_class)
-            or isinstance(value, asyncio.CancelledError)  # an awaiting cell's task was cancelled for us
-            or (isinstance(value, KeyboardInterrupt) and not isinstance(value, _ScopeExpired) and _is_flag_interrupt(value))
+            # CancelledError: an awaiting cell's task was cancelled for us.
+            isinstance(value, (self.exc_class, asyncio.CancelledError))
+            or (
+                isinstance(value, KeyboardInterrupt)
+                and not isinstance(value, _ScopeExpired)
+                and _is_flag_interrupt(value)
+            )
         )
 
     def message(self) -> str:

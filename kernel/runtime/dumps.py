@@ -23,6 +23,7 @@ a timer armed for a cell that has just ended can never stay armed.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import logging
 import os
@@ -51,7 +52,9 @@ class DumpFile:
             self._file = os.fdopen(fd, "w+")
         except OSError as exc:
             self.error = f"cannot write stack dumps to {path}: {exc.strerror or exc}"
-            log.warning("cancelkernel: %s; stacks of wedged cells will not be available (everything else works)", self.error)
+            log.warning(
+                "cancelkernel: %s; stacks of wedged cells will not be available (everything else works)", self.error
+            )
             return
         if hasattr(signal, "SIGUSR1"):
             try:
@@ -127,8 +130,8 @@ class DumpFile:
 
     def reset(self) -> None:
         """Empty the file (no cell runs: nothing in it can be anyone's)."""
-        if self._file is None:
-            return
+        if self._file is None or self.position() == 0:
+            return  # nothing written since it was last emptied (the usual case): one fstat, no truncate
         with self._lock:
             if self._armed:
                 return  # a cell still wants a dump: leave the file alone
@@ -139,21 +142,18 @@ class DumpFile:
                 pass
 
     def forget_after_fork(self) -> None:
-        """In a forked child: `kill -USR1` of the child must not write into the kernel's dump file (the timer thread did not survive the fork)."""
+        """In a forked child: `kill -USR1` of the child must not write into the kernel's dump file
+        (the timer thread did not survive the fork)."""
         self._lock = threading.Lock()
         if self._file is not None and hasattr(signal, "SIGUSR1"):
-            try:
+            with contextlib.suppress(RuntimeError, ValueError):
                 faulthandler.unregister(signal.SIGUSR1)
-            except (RuntimeError, ValueError):
-                pass
 
     def close(self) -> None:
         self.disarm()
         if self._file is not None:
             if hasattr(signal, "SIGUSR1"):
-                try:
+                with contextlib.suppress(RuntimeError, ValueError):
                     faulthandler.unregister(signal.SIGUSR1)
-                except (RuntimeError, ValueError):
-                    pass
             self._file.close()
             self._file = None

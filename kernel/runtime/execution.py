@@ -4,11 +4,11 @@ An `Execution` is created by the cancellation core when a cell begins and
 dropped when its reply has been built.  It is the only owner of the cell's
 state; who writes which part is fixed:
 
-- identity (msg_id, gen, code, thread, subshell): set at begin, never changed;
+- identity (msg_id, generation, code, thread, subshell): set at begin, never changed;
 - `cancel`: the cancellation core, under its lock (and its SIGINT handler on
   the main thread, which never takes the lock);
-- `budgets`: set at begin; `watch`: the watchdog thread (`last_output` by
-  whichever thread writes the cell's output: a float store is atomic);
+- `budgets`: set at begin; `watch`: the watchdog thread (`output_mark` by
+  whichever thread displays the cell's output: an int store is atomic);
 - `memory`: the memory guard (at begin, on the watchdog thread, at the end);
 - `stack`, `dump`, `dump_from`: the runtime (on the watchdog thread, or when the
   interrupt is shown / the cell ends);
@@ -21,6 +21,7 @@ The reply metadata is a pure function of this object (kernel/metadata.py).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 import time
 from dataclasses import dataclass, field
@@ -61,14 +62,20 @@ class Window:
 
 @dataclass
 class Budgets:
-    """Seconds the cell may run (wall), may stay silent (quiet), bytes it may grow the kernel by, a whole-cell deadline."""
+    """Seconds the cell may run (wall), may stay silent (quiet), bytes it may grow the kernel by,
+    a whole-cell deadline."""
 
     wall: float = 0.0  # 0 = off
     quiet: float = 0.0  # 0 = off
     timeout: float | None = None  # %%timeout / metadata "timeout": DeadlineExceeded after this long
     memory: int = 0  # bytes of growth of the kernel's resident set since the cell began; 0 = off
 
-    def of(self, reason: str | None) -> float:
+    @property
+    def limited(self) -> bool:
+        """A wall, quiet or memory budget is set: what a page counts down (the timeout is a deadline, not a budget)."""
+        return bool(self.wall or self.quiet or self.memory)
+
+    def for_reason(self, reason: str | None) -> float:
         """The budget behind a cancel reason (seconds; bytes for REASON_MEMORY_BUDGET), 0.0 for any other reason."""
         if reason == REASON_WALL_BUDGET:
             return self.wall
@@ -91,11 +98,19 @@ class CancelState:
     pending_scope: CancelScope | None = None  # a deadline scope that fired and has not exited yet
 
 
+# Every display anywhere takes the next number: an execution's output_mark changes at each one and never comes back.
+OUTPUT_MARKS = itertools.count(1)
+
+
 @dataclass
 class WatchState:
     """The watchdog's clocks and findings for one execution."""
 
+    # The quiet clock: when the watchdog first saw the cell's latest output (stream writes, displays, tracebacks),
+    # on its tick after it (Watchdog.notice_output): never before the output, a tick after it at most.
     last_output: float = field(default_factory=time.monotonic)
+    output_mark: int = 0  # the OUTPUT_MARKS number of its latest display or traceback (Execution.output_seen)
+    mark_seen: int = 0  # the output_mark the watchdog has acted on
     tripped: str | None = None  # the budget that tripped, once
     unresponsive: bool = False  # an interrupt did not stop it within the grace period
     unresponsive_why: str | None = None  # protocol.UNRESPONSIVE_*: caught, blocked, abandoned
@@ -121,7 +136,8 @@ class MemoryRecord:
     after: int | None = None  # the same measure once the cell had ended
     limit: int | None = None  # the limit the guard keeps below (cgroup or machine), when it tripped
     holders: list[dict] = field(default_factory=list)  # the biggest names of the namespace once it ended
-    released: list[dict] = field(default_factory=list)  # the biggest locals of the stopped frames, which the kernel let go
+    # The biggest locals of the stopped frames, which the kernel let go
+    released: list[dict] = field(default_factory=list)
 
 
 @dataclass
@@ -149,12 +165,12 @@ class Execution:
     """One cell's run (see the module docstring for who writes what)."""
 
     msg_id: str
-    gen: int
+    generation: int  # numbers the executions of a kernel; the native flag knows an execution by it
     code: str
     thread_id: int  # the thread that runs its user code
     subshell_id: str | None = None  # None: the parent shell
     started: float = field(default_factory=time.monotonic)
-    exc_class: type[CellInterrupt] = CellInterrupt
+    _exc_class: type[CellInterrupt] | None = field(default=None, repr=False)
     window: Window | None = None
     ended: bool = False
     budgets: Budgets = field(default_factory=Budgets)
@@ -168,6 +184,16 @@ class Execution:
     abandoned_thread: str | None = None  # worker mode: the exec thread given up on (blocked in C)
     checkpoint: dict[str, Any] = field(default_factory=dict)  # {"before": ..., "autosave": ...} when saved
     memory: MemoryRecord = field(default_factory=MemoryRecord)
+
+    @property
+    def exc_class(self) -> type[CellInterrupt]:
+        """The class this execution's interrupt is raised as: its own (an async exception can only carry a class).
+
+        Made when first needed (the first cancel makes it, under the core's lock), not at every cell's start.
+        """
+        if self._exc_class is None:
+            self._exc_class = type("KeyboardInterrupt", (CellInterrupt,), {"execution": self})
+        return self._exc_class
 
     @property
     def first_line(self) -> str:
@@ -202,5 +228,5 @@ class Execution:
         return None
 
     def output_seen(self) -> None:
-        """The cell printed or displayed something: its quiet clock starts again."""
-        self.watch.last_output = time.monotonic()
+        """The cell displayed something: its quiet clock starts again on the watchdog's next tick."""
+        self.watch.output_mark = next(OUTPUT_MARKS)

@@ -33,9 +33,19 @@ _real_sleep = time.sleep
 LabelOf = Callable[[str], "str | None"]
 
 
+# Names of the exec threads ever given up on: while empty (nearly always), no write needs to ask which thread it is.
+ABANDONED_SO_FAR: list[str] = []
+
+
 def is_abandoned_thread() -> bool:
     """The calling thread is an exec thread given up on: its output goes nowhere."""
     return getattr(threading.current_thread(), "abandoned", False) is True
+
+
+def abandon(thread: threading.Thread) -> None:
+    """Give up on an exec thread: from now on it is muted and its cells are stopped (abandoned.py)."""
+    ABANDONED_SO_FAR.append(thread.name)
+    thread.abandoned = True  # type: ignore[attr-defined]
 
 
 class Executor:
@@ -47,7 +57,13 @@ class Executor:
 
     mode = "?"
 
-    def __init__(self, core: CancellationCore, deadlines: DeadlineRegistry, label_of: LabelOf, waits: CooperativeWaits | None = None):
+    def __init__(
+        self,
+        core: CancellationCore,
+        deadlines: DeadlineRegistry,
+        label_of: LabelOf,
+        waits: CooperativeWaits | None = None,
+    ):
         self.core = core
         self.deadlines = deadlines
         self.label_of = label_of
@@ -69,7 +85,9 @@ class Executor:
         """Run a code object of a parent-shell cell, where this mode runs them."""
         raise NotImplementedError
 
-    async def run_in_place(self, execution: Execution, code: types.CodeType, async_: bool, globals_: dict, locals_: Any) -> None:
+    async def run_in_place(
+        self, execution: Execution, code: types.CodeType, async_: bool, globals_: dict, locals_: Any
+    ) -> None:
         """Run on the calling thread inside `execution`'s window."""
         __tracebackhide__ = True
         ident = threading.get_ident()
@@ -163,8 +181,11 @@ class MainThreadExecutor(Executor):
         return ident
 
 
-def runs_python(thread_id: int | None, waits: CooperativeWaits | None, samples: int = 5, interval: float = 0.005) -> bool:
-    """True if the thread executes Python code (its innermost frame moves, or it sits in a cooperative wait), not one C call."""
+def runs_python(
+    thread_id: int | None, waits: CooperativeWaits | None, samples: int = 5, interval: float = 0.005
+) -> bool:
+    """True if the thread executes Python code (its innermost frame moves,
+    or it sits in a cooperative wait), not one C call."""
     seen = set()
     for _ in range(samples):
         frame = live_frame(thread_id)
@@ -177,7 +198,9 @@ def runs_python(thread_id: int | None, waits: CooperativeWaits | None, samples: 
     return len(seen) > 1
 
 
-def make_executor(mode: str, core: CancellationCore, deadlines: DeadlineRegistry, label_of: LabelOf, waits: CooperativeWaits) -> Executor:
+def make_executor(
+    mode: str, core: CancellationCore, deadlines: DeadlineRegistry, label_of: LabelOf, waits: CooperativeWaits
+) -> Executor:
     if mode == "main":
         return MainThreadExecutor(core, deadlines, label_of, waits)
     if mode == "worker":

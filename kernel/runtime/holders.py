@@ -39,7 +39,13 @@ def _own_size(value: object) -> int | None:
     if callable(usage) and (hasattr(value, "columns") or type(value).__name__ == "Series"):
         try:
             total = usage(deep=True)  # pandas: per column for a DataFrame, one number for a Series
-            return int(total.sum()) if hasattr(total, "sum") else int(sum(total)) if isinstance(total, (list, tuple)) else int(total)
+            return (
+                int(total.sum())
+                if hasattr(total, "sum")
+                else int(sum(total))
+                if isinstance(total, (list, tuple))
+                else int(total)
+            )
         except Exception:  # noqa: BLE001 - a foreign object's method: fall back to getsizeof
             return None
     nbytes = getattr(value, "nbytes", None)
@@ -117,14 +123,20 @@ def _biggest(namespace: dict[str, object], count: int, time_limit: float) -> lis
             break
     found.sort(key=lambda item: item[0], reverse=True)
     return [
-        {"name": name, "type": describe_type(value), "bytes": size, "text": f"{name} ({describe_type(value)}, {format_size(size)})"}
+        {
+            "name": name,
+            "type": describe_type(value),
+            "bytes": size,
+            "text": f"{name} ({describe_type(value)}, {format_size(size)})",
+        }
         for size, name, value in found[:count]
         if size >= SMALL
     ]
 
 
 def release_stopped_frames(tb: types.TracebackType | None, *, count: int = 5, time_limit: float = 0.05) -> list[dict]:
-    """The biggest locals of the function frames a stopped cell unwound, then those frames cleared so their memory comes back.
+    """The biggest locals of the function frames a stopped cell unwound,
+    then those frames cleared so their memory comes back.
 
     Only frames from the cell's own code inward, and never a module-level frame
     (its locals are the user's namespace).  Names read "l in grow()".
@@ -143,9 +155,12 @@ def release_stopped_frames(tb: types.TracebackType | None, *, count: int = 5, ti
             where = f"{frame.f_code.co_name}()"
             for holder in _biggest(dict(frame.f_locals), count, time_limit):
                 name = f"{holder['name']} in {where}"
-                found.append({**holder, "name": name, "text": f"{name} ({holder['type']}, {format_size(holder['bytes'])})"})
+                found.append(
+                    {**holder, "name": name, "text": f"{name} ({holder['type']}, {format_size(holder['bytes'])})"}
+                )
     for frame in frames:
-        with contextlib.suppress(RuntimeError):  # a frame still running (a generator suspended elsewhere) keeps its locals
+        # A frame still running (a generator suspended elsewhere) keeps its locals
+        with contextlib.suppress(RuntimeError):
             frame.clear()
             frame.f_locals  # noqa: B018 - up to 3.12 the locals dict keeps its values until read again after clear()
     found.sort(key=lambda holder: holder["bytes"], reverse=True)

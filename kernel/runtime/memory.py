@@ -62,7 +62,11 @@ class MemoryCgroup:
         if current is None:
             return None
         stat = _read(os.path.join(self.path, "memory.stat"))
-        inactive = _stat_field(stat, "inactive_file") if self.version == 2 else _stat_field(stat, "total_inactive_file", "inactive_file")
+        inactive = (
+            _stat_field(stat, "inactive_file")
+            if self.version == 2
+            else _stat_field(stat, "total_inactive_file", "inactive_file")
+        )
         return max(0, current - (inactive or 0))
 
     def limit(self) -> int | None:
@@ -95,7 +99,8 @@ class MemoryCgroup:
 
 
 class OpenFile:
-    """A /proc or cgroup file kept open and read again with pread: about 2 us a read instead of 40 (open, read, close)."""
+    """A /proc or cgroup file kept open and read again with pread:
+    about 2 us a read instead of 40 (open, read, close)."""
 
     def __init__(self, path: str):
         self.path = path

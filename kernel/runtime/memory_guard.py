@@ -58,10 +58,18 @@ def derived_margin(limit: int) -> int:
 
 def machine_used(meminfo: str | None) -> int | None:
     """MemTotal minus MemAvailable from a /proc/meminfo text: what the machine's out-of-memory killer runs out of."""
+    total, available = _meminfo_kib(meminfo, "MemTotal:"), _meminfo_kib(meminfo, "MemAvailable:")
+    return None if total is None or available is None else (total - available) * 1024
+
+
+def _meminfo_kib(meminfo: str | None, field: str) -> int | None:
+    """One field of /proc/meminfo in KiB, found without splitting the whole file (read at every cell's start)."""
+    start = (meminfo or "").find(field)
+    if start != 0 and (start < 0 or meminfo[start - 1] != "\n"):  # type: ignore[index]  # found, so not None
+        return None
     try:
-        fields = dict(line.split(":", 1) for line in (meminfo or "").splitlines() if ":" in line)
-        return (int(fields["MemTotal"].split()[0]) - int(fields["MemAvailable"].split()[0])) * 1024
-    except (KeyError, ValueError):
+        return int(meminfo[start + len(field) :].split(None, 1)[0])  # type: ignore[index]
+    except (IndexError, ValueError):
         return None
 
 
@@ -92,8 +100,9 @@ class MemoryGuard:
     def __init__(self, settings: GuardSettings | None = None):
         self.settings = settings or GuardSettings()
         self.view: MemoryView = memory_view()
-        self._cgroup_text = self._read_own_cgroup()
-        # Read on every tick: kept open (pread), not opened each time.
+        # Read at every cell's start and on every tick: kept open (pread), not opened each time.
+        self._own_cgroup = OpenFile(f"/proc/{os.getpid()}/cgroup")
+        self._cgroup_text = self._own_cgroup.read()
         self._statm = OpenFile(f"/proc/{os.getpid()}/statm")
         self._meminfo = OpenFile("/proc/meminfo")
         self._raw = self._open_raw()
@@ -116,17 +125,9 @@ class MemoryGuard:
         text = self._raw.read() if self._raw is not None else None
         return int(text) if text else None
 
-    @staticmethod
-    def _read_own_cgroup() -> str | None:
-        try:
-            with open("/proc/self/cgroup") as f:
-                return f.read()
-        except OSError:
-            return None
-
     def refresh(self) -> None:
         """Learn the limit again if the kernel was moved to another cgroup (cheap: one small read)."""
-        text = self._read_own_cgroup()
+        text = self._own_cgroup.read()
         if text != self._cgroup_text:
             self._cgroup_text = text
             self.view = memory_view()
@@ -150,12 +151,16 @@ class MemoryGuard:
             if soft != resource.RLIM_INFINITY:
                 wanted = min(wanted, soft)
             if in_use is not None and in_use > wanted - DATA_LIMIT_SLACK:
-                log.warning("memory: not setting RLIMIT_DATA to %d: the kernel already maps %d bytes of data", wanted, in_use)
+                log.warning(
+                    "memory: not setting RLIMIT_DATA to %d: the kernel already maps %d bytes of data", wanted, in_use
+                )
                 wanted = soft
         try:
             resource.setrlimit(resource.RLIMIT_DATA, (wanted, hard))
         except (ValueError, OSError) as exc:
-            log.warning("memory: RLIMIT_DATA could not be set (%s); a single huge allocation will meet the OOM killer", exc)
+            log.warning(
+                "memory: RLIMIT_DATA could not be set (%s); a single huge allocation will meet the OOM killer", exc
+            )
             return
         self.data_limit = None if wanted == soft else wanted
 
@@ -183,6 +188,15 @@ class MemoryGuard:
             return self.view.cgroup.usage()
         return machine_used(self._meminfo.read())
 
+    def room(self) -> int | None:
+        """Bytes the kernel may still take before the guard acts (before the limit with the guard off);
+        None: no limit known."""
+        level = self.guard_at if self.guard_at is not None else self.limit
+        charged = self.charged_now()
+        if level is None or charged is None:
+            return None
+        return max(0, level - charged)
+
     def nearing_limit(self) -> bool:
         """The latest sample's raw charge is past NEAR of the cgroup's limit (False without a cgroup limit)."""
         limit = self.limit
@@ -197,16 +211,20 @@ class MemoryGuard:
         execution.memory.charged_start = self.charged_now()
 
     def sample(self, running: list[Execution]) -> None:
-        """One look (the watchdog's tick): the resident set and the raw charge, the working set when the guard needs it."""
+        """One look (the watchdog's tick): the resident set and the raw charge,
+        the working set when the guard needs it."""
         self.resident = self._resident_now()
         self.raw = self._raw_now()
         guard_at = self.guard_at
         self.charged = None
         # Only a cell that grew the kernel can be blamed: until one did, the working set is not read at all.
-        if guard_at is not None and any(self._grown(e) >= GUARD_MIN_GROWTH for e in running):
-            # The raw charge is an upper bound of the working set: memory.stat is read only near the guard.
-            if self.raw is None or self.raw >= guard_at:
-                self.charged = self.charged_now()
+        # The raw charge is an upper bound of the working set: memory.stat is read only near the guard.
+        if (
+            guard_at is not None
+            and any(self._grown(e) >= GUARD_MIN_GROWTH for e in running)
+            and (self.raw is None or self.raw >= guard_at)
+        ):
+            self.charged = self.charged_now()
 
     def _grown(self, execution: Execution) -> int:
         start = execution.memory.resident_start

@@ -14,13 +14,15 @@ import signal
 import sys
 import threading
 import time
+import typing as t
 import weakref
 from collections.abc import Callable
 from typing import Protocol
 
-from .. import last_cell, native
-from ..frames import Frame, describe, dumped_stack
+from .. import native
+from ..frames import Frame, dumped_stack
 from ..protocol import STACK_DUMP, STACK_RUNAWAY, STACK_UNRESPONSIVE
+from .cell_record import CellRecordKeeper
 from .cooperative import CooperativeWaits
 from .core import CancellationCore
 from .deadlines import CancelScope, CellContext, DeadlineRegistry, fail_after
@@ -30,7 +32,7 @@ from .executors import Executor, make_executor
 from .memory_guard import GuardSettings, MemoryGuard
 from .signals import SigintOwner
 from .stacks import thread_stack
-from .watchdog import MIN_STARVED, Watchdog
+from .watchdog import MIN_STARVED, OutputReader, Watchdog
 
 log = logging.getLogger("cancelkernel")
 
@@ -39,6 +41,10 @@ class RuntimeListener(Protocol):
     """What the kernel side is told (from the watchdog thread)."""
 
     def tripped(self, execution: Execution, reason: str, interrupting: bool) -> None: ...
+
+    def traceback_waits(self, execution: Execution) -> t.ContextManager[object]:
+        """While held, the cell's traceback is not shown: what `tripped` publishes inside comes before it."""
+        ...
 
     def unresponsive(self, execution: Execution, why: str) -> None: ...
 
@@ -69,9 +75,7 @@ class Runtime:
         self.sigint = SigintOwner(self.core)
         self.dumps = DumpFile(dump_path)
         self.memory = MemoryGuard(memory_guard or GuardSettings())
-        self.record_path = record_path
-        self._record_written = 0.0  # monotonic time of the last write of the running-cell record (0: none on disk)
-        self._record_lock = threading.Lock()
+        self.cell_record = CellRecordKeeper(record_path, self.memory, self.stack_of) if record_path else None
         self.watchdog = Watchdog(
             self.core,
             grace=grace,
@@ -79,7 +83,7 @@ class Runtime:
             on_trip=self._on_trip,
             on_unresponsive=self._on_unresponsive,
             memory=self.memory,
-            on_tick=self._keep_record if record_path else None,
+            on_tick=self.cell_record.on_tick if self.cell_record is not None else None,
         )
         self.waits = CooperativeWaits(self.core)
         self.waits.install()
@@ -89,7 +93,8 @@ class Runtime:
             # A busy cell holds the GIL; the control thread waits this long for it at every hand-over.
             sys.setswitchinterval(switch_interval)
         # A process forked from the kernel (multiprocessing, a Pool) is not the kernel: none of this acts in it.
-        in_child = weakref.WeakMethod(self._in_forked_child)  # a hook cannot be unregistered: never keep the runtime alive
+        # A hook cannot be unregistered: never keep the runtime alive
+        in_child = weakref.WeakMethod(self._in_forked_child)
         os.register_at_fork(after_in_child=lambda: (hook := in_child()) is not None and hook())
         if threading.current_thread() is threading.main_thread():
             self.sigint.install()
@@ -126,18 +131,20 @@ class Runtime:
         if budgets.timeout:
             scope = fail_after(budgets.timeout)
             scope.description = f"%%timeout {budgets.timeout:g}"
-            scope.start(CellContext(execution, self.deadlines, self.label_of), "the whole cell", thread_id=execution.thread_id)
-            self._cell_scopes[execution.gen] = scope
+            scope.start(
+                CellContext(execution, self.deadlines, self.label_of), "the whole cell", thread_id=execution.thread_id
+            )
+            self._cell_scopes[execution.generation] = scope
         due = min((b for b in (budgets.wall, budgets.quiet, budgets.timeout or 0.0) if b), default=None)
         if due is not None:
             # Armed here, not by the watchdog: a cell that holds the GIL from its first line still gets dumped.
             self.dumps.arm_while(due + self.watchdog.starved_after, lambda: not execution.ended)
-        self.watchdog.wake()
+        self.watchdog.cell_began()
         return execution
 
     def end(self, execution: Execution) -> None:
         """The cell finished: nothing armed for it may fire later; collect a dump taken meanwhile."""
-        scope = self._cell_scopes.pop(execution.gen, None)
+        scope = self._cell_scopes.pop(execution.generation, None)
         if scope is not None:
             scope.stop()
         starved = self.watchdog.starved_for(time.monotonic())
@@ -147,8 +154,8 @@ class Runtime:
         self.memory.end(execution)
         idle = lambda: not self.core.running()  # noqa: E731 - checked under the dump's lock
         self.dumps.disarm_if(idle)
-        if idle():
-            self._drop_record()
+        if idle() and self.cell_record is not None:
+            self.cell_record.drop()
         self.take_dump(execution)
         if idle():
             self.dumps.reset()
@@ -156,15 +163,24 @@ class Runtime:
     def cancel(self, target: str | None, reason: str) -> Execution | None:
         return self.core.cancel(target, reason)
 
-    def cancel_all(self, reason: str, *, subshell_id: str | None | object = ...) -> list[Execution]:
+    def cancel_all(self, reason: str, *, subshell_id: str | object | None = ...) -> list[Execution]:
         return self.core.cancel_all(reason, subshell_id=subshell_id)
 
+    def read_output_on_tick(self, reader: OutputReader) -> None:
+        """Ask `reader` on every watchdog tick which cells wrote since it last asked (an output stream's)."""
+        self.watchdog.output_readers.append(reader)
+
     def output_seen(self, msg_id: str | None) -> None:
-        """Output of the cell `msg_id` (or of whatever runs, if unknown): its quiet clock restarts."""
+        """Output of the cell `msg_id` (or of whatever runs, if unknown): its quiet clock restarts on the next tick."""
         running = self.core.running()
         for execution in running:
             if msg_id is None or execution.msg_id == msg_id:
                 execution.output_seen()
+
+    @property
+    def record_path(self) -> str | None:
+        """The running-cell record's file (None: not kept, or it could not be written)."""
+        return self.cell_record.path if self.cell_record is not None else None
 
     def stack_of(self, execution: Execution) -> list[Frame]:
         """The execution's live stack (needs the GIL)."""
@@ -182,60 +198,25 @@ class Runtime:
 
     def close(self) -> None:
         self.watchdog.stop()
-        self._drop_record()
+        if self.cell_record is not None:
+            self.cell_record.close()
         self.executor.shutdown()
         self.waits.uninstall()
         self.dumps.close()
 
-    # -- the running-cell record (last_cell.py) --
-
-    def _keep_record(self, running: list[Execution], now: float) -> None:
-        """Watchdog tick: (re)write the record of the oldest cell once it has run RECORD_AFTER, every REWRITE_EVERY."""
-        execution = min(running, key=lambda e: e.started)
-        if self.record_path is None or execution.ended or now - execution.started < last_cell.RECORD_AFTER:
-            return
-        cgroup = self.memory.view.cgroup
-        # Near the limit a death is likely soon: every tick then, so the record says how close it came.
-        near = self.memory.nearing_limit()
-        if now - self._record_written < (0.0 if near else last_cell.REWRITE_EVERY):
-            return
-        record = last_cell.new_record(
-            msg_id=execution.msg_id,
-            where=describe(self.stack_of(execution)),
-            elapsed=round(now - execution.started, 3),
-            charged=self.memory.charged_now(),
-            limit=self.memory.limit,
-            source=self.memory.view.source,
-            cgroup=cgroup.path if cgroup is not None else None,
-            cgroup_version=cgroup.version if cgroup is not None else None,
-            cgroup_oom_kills=cgroup.oom_kills() if cgroup is not None else None,
-            machine_oom_kills=last_cell.machine_oom_kills(),
-        )
-        with self._record_lock:
-            if execution.ended or self.record_path is None:
-                return  # it ended while the record was built: the end already removed it
-            try:
-                last_cell.write(self.record_path, record)
-            except OSError as exc:
-                log.warning("cancelkernel: cannot keep the running-cell record %s (%s); a death will not be named", self.record_path, exc)
-                self.record_path = None
-                return
-            self._record_written = now
-
-    def _drop_record(self) -> None:
-        with self._record_lock:
-            if self._record_written and self.record_path:
-                last_cell.remove(self.record_path)
-                self._record_written = 0.0
-
     # -- what the watchdog found --
 
     def _on_trip(self, execution: Execution, reason: str) -> None:
-        """A budget tripped: take the stack, tell the kernel side, interrupt ONCE."""
+        """A budget tripped: take the stack, interrupt ONCE, then tell the kernel side.
+
+        The interrupt goes first: a memory runaway grows while the note is made (the holders, the event, a
+        dozen hand-overs of the GIL against the cell), and the traceback waits for the note anyway.
+        """
         execution.stack = StackRecord(STACK_RUNAWAY, execution.elapsed(), self.stack_of(execution))
-        self.listener.tripped(execution, reason, self.interrupt_on_trip)
-        if self.interrupt_on_trip:
-            self.core.cancel(execution.msg_id, reason)
+        with self.listener.traceback_waits(execution):
+            if self.interrupt_on_trip:
+                self.core.cancel(execution.msg_id, reason)
+            self.listener.tripped(execution, reason, self.interrupt_on_trip)
 
     def _on_unresponsive(self, execution: Execution) -> None:
         """The interrupt did not stop the cell within the grace period: find out why, say so, then let go."""
@@ -274,6 +255,9 @@ class Runtime:
         """
         if self.take_dump(execution) is None:
             return 0.0
-        starved = execution.watch.starved if execution.ended else max(execution.watch.starved, self.watchdog.starved_for(time.monotonic()))
+        starved = (
+            execution.watch.starved
+            if execution.ended
+            else max(execution.watch.starved, self.watchdog.starved_for(time.monotonic()))
+        )
         return starved if starved >= MIN_STARVED else 0.0
-

@@ -79,6 +79,15 @@ class SigintOwner:
             signum = 0
         return bool(native.start_gil_yield(signum, stall))
 
+    def yield_for_control(self, fd: int) -> None:
+        """Ask for the GIL yield as soon as a message waits unread on `fd` (the control socket's), not after the stall.
+
+        The descriptor stays readable until the control thread takes the message in,
+        which it cannot while one C call holds the GIL: an interrupt then reaches a
+        cooperative loop in a few milliseconds instead of the stall's tens.
+        """
+        native.yield_for_readable(fd)
+
     def _on_sigint(self, signum: int, frame: types.FrameType | None) -> None:
         # Runs on the main thread between bytecodes, possibly inside the core's
         # own critical sections: never take the core's lock here.
@@ -92,7 +101,7 @@ class SigintOwner:
             return
         if expected is None:
             # An outside SIGINT (kill -INT, signal interrupt mode, Ctrl-C).
-            if arrival == 0 or (arrival > 0 and arrival != execution.gen):
+            if arrival == 0 or (arrival > 0 and arrival != execution.generation):
                 return  # it arrived while idle or during an execution that has ended
             core.mark_cancelled(execution, REASON_SIGNAL)
         elif expected is not execution:

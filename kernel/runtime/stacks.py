@@ -64,7 +64,8 @@ def from_traceback(tb: types.TracebackType | None, label_of: LabelOf | None = No
             if len(raw) > 2 * MAX_FRAMES:
                 del raw[:MAX_FRAMES]  # keep the list short however deep the stack is
         elif in_cell:
-            break  # the cell called into the kernel (its cooperative time.sleep): what is inside is ours, not the user's
+            # The cell called into the kernel (its cooperative time.sleep): what is inside is ours, not the user's
+            break
         tb = tb.tb_next
     return user_stack(raw, label_of)
 
@@ -86,13 +87,19 @@ def thread_stack(thread_id: int, label_of: LabelOf | None = None) -> list[Frame]
 
 
 def innermost_frame(thread_id: int | None) -> dict | None:
-    """The thread's innermost frame right now, whatever code it is (kernel and library included), with its source line."""
+    """The thread's innermost frame right now, whatever code it is (kernel and library included),
+    with its source line."""
     frame = live_frame(thread_id)
     if frame is None:
         return None
     code = frame.f_code
     lineno = frame.f_lineno or 0
-    return {"file": code.co_filename, "lineno": lineno, "function": code.co_name, "line": linecache.getline(code.co_filename, lineno).strip()}
+    return {
+        "file": code.co_filename,
+        "lineno": lineno,
+        "function": code.co_name,
+        "line": linecache.getline(code.co_filename, lineno).strip(),
+    }
 
 
 def blocked_at(thread_id: int | None) -> str:

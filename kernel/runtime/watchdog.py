@@ -1,7 +1,8 @@
 """The watchdog: a thread of its own that notices runaway and unresponsive cells.
 
 For every running execution it checks the wall budget (seconds of execution),
-the quiet budget (seconds without output) and the memory budget and guard
+the quiet budget (seconds without output: output is noticed on the tick after
+it, `notice_output`) and the memory budget and guard
 (memory_guard.py: one sample of the kernel's memory per tick), and reports an interrupt that
 did not stop the cell within the grace period.  It also fires expired
 deadline scopes, raises in a worker whose awaiting cell ignored its task
@@ -16,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from .. import native
 from .core import CancellationCore
@@ -33,6 +34,9 @@ TICK = 0.02
 PUSH_EVERY = 0.1
 # The dump fires after the watchdog has been starved this long (at least; see Watchdog.starved_after).
 MIN_STARVED = 0.3
+
+# Asked on every tick: the msg_ids of the cells that wrote since the last ask (None: a write with no cell named).
+OutputReader = Callable[[], Collection["str | None"]]
 
 
 class Watchdog:
@@ -61,7 +65,9 @@ class Watchdog:
         self._stopped = False
         self._pushed_at = 0.0
         self._last_tick: float | None = None  # None while idle (it sleeps until woken)
+        self._idle = False  # about to sleep until woken: a cell that begins must wake it
         self._logged: set[tuple[str, str]] = set()
+        self.output_readers: list[OutputReader] = []  # the kernel's streams (Runtime.read_output_on_tick)
         self._thread = threading.Thread(target=self._run, name="cancelkernel-watchdog", daemon=True)
         self._thread.start()
 
@@ -80,6 +86,14 @@ class Watchdog:
         if self._last_tick is None:
             self._last_tick = time.monotonic()  # starvation counts from here even if no tick comes
         self._wake.set()
+
+    def cell_began(self) -> None:
+        """A cell began: wake the watchdog only if it sleeps for want of a cell (else it ticks within TICK anyway).
+
+        Waking it for every cell made a tick, and a thread switch, on the path of every short cell.
+        """
+        if self._idle or self._last_tick is None:
+            self.wake()
 
     def stop(self) -> None:
         self._stopped = True
@@ -101,7 +115,11 @@ class Watchdog:
             if wait is None:
                 self.dumps.disarm()
                 self._last_tick = None
-                self._wake.wait()
+                self._idle = True
+                # Looked at again once `_idle` is set: a cell that began before it did not wake us.
+                if self._next_wake(time.monotonic()) is None:
+                    self._wake.wait()
+                self._idle = False
                 self._wake.clear()
                 continue
             if wait > 0 and self._wake.wait(wait):
@@ -136,11 +154,37 @@ class Watchdog:
         scope = self.deadlines.expired(now)
         if scope is not None and not self.core.fire_scope(scope):
             self._wake.wait(TICK)  # between statements: try again when user code resumes
+        self.notice_output(running)
         for execution in running:
             self.check(execution, now)
         self._push_dump_deadline(running, now)
         if self._on_tick is not None and running:
             self._on_tick(running, now)
+
+    def notice_output(self, running: list[Execution]) -> None:
+        """Restart the quiet clock of every running cell that wrote or displayed something since the last tick.
+
+        Nothing is timed per write: a stream only buffers it (its reader tells who wrote), a display only
+        numbers it (`output_mark`).  The clock is read here, after looking, so it restarts no earlier than the
+        output it saw and at most a tick later: a cell that keeps writing is never tripped as quiet, and one
+        that stops trips between its quiet budget and two ticks past it (later only while the watchdog itself
+        is kept from running).
+        """
+        wrote: set[str | None] = set()
+        for reader in self.output_readers:
+            try:
+                wrote.update(reader())
+            except Exception as exc:  # noqa: BLE001 - a reader that cannot tell must not trip cells that write
+                self._log_once(exc)
+                wrote.add(None)
+        seen_at: float | None = None
+        for execution in running:
+            watch = execution.watch
+            mark = watch.output_mark
+            if mark != watch.mark_seen or None in wrote or execution.msg_id in wrote:
+                watch.mark_seen = mark
+                seen_at = time.monotonic() if seen_at is None else seen_at
+                watch.last_output = seen_at
 
     def check(self, execution: Execution, now: float) -> None:
         """One look at one execution."""

@@ -26,7 +26,7 @@ from .cooperative import CooperativeWaits
 from .core import CancellationCore
 from .deadlines import DeadlineRegistry
 from .execution import Execution, Window
-from .executors import Executor, LabelOf, nested, run_here, runs_python
+from .executors import Executor, LabelOf, abandon, nested, run_here, runs_python
 from .stacks import blocked_at
 
 log = logging.getLogger("cancelkernel")
@@ -124,7 +124,7 @@ class _Worker(threading.Thread):
                 task = self.loop.create_task(coro)
             window.task, window.loop = task, self.loop
             self.core.open_window(job.execution, window)
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread as is
             job.error = exc
             if window.task is not None:
                 window.task.cancel()
@@ -176,11 +176,18 @@ class WorkerExecutor(Executor):
 
     mode = "worker"
 
-    def __init__(self, core: CancellationCore, deadlines: DeadlineRegistry, label_of: LabelOf, waits: CooperativeWaits | None = None):
+    def __init__(
+        self,
+        core: CancellationCore,
+        deadlines: DeadlineRegistry,
+        label_of: LabelOf,
+        waits: CooperativeWaits | None = None,
+    ):
         super().__init__(core, deadlines, label_of, waits)
         self._count = 0
         self._abandoned: list[_Worker] = []
-        self._releases: dict[int, Callable[[], object]] = {}  # execution gen -> hand its interrupt to the waiting cell
+        # Execution generation -> hand its interrupt to the waiting cell
+        self._releases: dict[int, Callable[[], object]] = {}
         self._worker = self._new_worker()
 
     def _new_worker(self) -> _Worker:
@@ -223,19 +230,21 @@ class WorkerExecutor(Executor):
             return UNRESPONSIVE_CAUGHT  # its loop runs / it runs Python: it got the interrupt and goes on
         # Give up on this thread: it keeps its pending interrupt, which fires
         # when the blocking call returns, in a thread that reports nothing.
-        worker.abandoned = True
+        abandon(worker)
         worker.abandoned_at = time.time()
         self._abandoned.append(worker)
         where = blocked_at(worker.ident)
         execution.abandoned_thread = worker.name
         self._worker = self._new_worker()
-        log.warning("exec thread %s abandoned, blocked at %s; new exec thread %s", worker.name, where, self._worker.name)
+        log.warning(
+            "exec thread %s abandoned, blocked at %s; new exec thread %s", worker.name, where, self._worker.name
+        )
         error = execution.exc_class("its exec thread was abandoned, blocked in a call that ignores interrupts")
-        self._releases[execution.gen] = lambda: job.loop.call_soon_threadsafe(_resolve, job.future, error)
+        self._releases[execution.generation] = lambda: job.loop.call_soon_threadsafe(_resolve, job.future, error)
         return UNRESPONSIVE_ABANDONED
 
     def release(self, execution: Execution) -> None:
-        release = self._releases.pop(execution.gen, None)
+        release = self._releases.pop(execution.generation, None)
         if release is not None:
             release()
 

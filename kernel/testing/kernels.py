@@ -157,7 +157,8 @@ def running_kernel(
     kernel = Kernel(kernel_name, extra_arguments=args, env=env)
     try:
         kernel.start()
-        assert kernel.km is not None and kernel.kc is not None
+        assert kernel.km is not None
+        assert kernel.kc is not None
         yield kernel.km, kernel.kc
     finally:
         kernel.shutdown()
@@ -265,7 +266,9 @@ def wait_for(channel: t.Any, predicate: t.Callable[[dict], bool], timeout: float
 
 def wait_reply(kc: BlockingKernelClient, msg_id: str, timeout: float = REPLY_TIMEOUT) -> dict:
     """The shell reply to `msg_id`."""
-    return wait_for(kc.shell_channel, lambda m: m["parent_header"].get("msg_id") == msg_id, timeout, f"reply to {msg_id}")
+    return wait_for(
+        kc.shell_channel, lambda m: m["parent_header"].get("msg_id") == msg_id, timeout, f"reply to {msg_id}"
+    )
 
 
 def wait_answering(kc: BlockingKernelClient, timeout: float = START_TIMEOUT) -> None:
@@ -300,9 +303,11 @@ def wait_idle(kc: BlockingKernelClient, msg_id: str, timeout: float = REPLY_TIME
     """Wait for iopub `status: idle` of request `msg_id`."""
     return wait_for(
         kc.iopub_channel,
-        lambda m: m["msg_type"] == "status"
-        and m["parent_header"].get("msg_id") == msg_id
-        and m["content"].get("execution_state") == "idle",
+        lambda m: (
+            m["msg_type"] == "status"
+            and m["parent_header"].get("msg_id") == msg_id
+            and m["content"].get("execution_state") == "idle"
+        ),
         timeout,
         f"idle status for {msg_id}",
     )
@@ -324,7 +329,9 @@ def outputs(kc: BlockingKernelClient, msg_id: str, *, timeout: float = REPLY_TIM
     return found
 
 
-def run_cell(kc: BlockingKernelClient, code: str, *, metadata: dict | None = None, timeout: float = REPLY_TIMEOUT) -> tuple[dict, list[dict]]:
+def run_cell(
+    kc: BlockingKernelClient, code: str, *, metadata: dict | None = None, timeout: float = REPLY_TIMEOUT
+) -> tuple[dict, list[dict]]:
     """Execute and collect (execute_reply, the request's iopub messages)."""
     msg_id = send_execute(kc, code, metadata=metadata)
     found = outputs(kc, msg_id, timeout=timeout)
@@ -355,13 +362,38 @@ def send_control(kc: BlockingKernelClient, msg_type: str, content: dict | None =
     return str(msg["header"]["msg_id"]), sent
 
 
-def control_request(kc: BlockingKernelClient, msg_type: str, content: dict | None = None, *, timeout: float = REPLY_TIMEOUT) -> dict:
+def control_request(
+    kc: BlockingKernelClient, msg_type: str, content: dict | None = None, *, timeout: float = REPLY_TIMEOUT
+) -> dict:
     """Send a request on the control channel and return its reply (TimeoutError if none)."""
     msg_id, _ = send_control(kc, msg_type, content)
-    return wait_for(kc.control_channel, lambda m: m["parent_header"].get("msg_id") == msg_id, timeout, f"reply to {msg_type}")
+    return wait_for(
+        kc.control_channel, lambda m: m["parent_header"].get("msg_id") == msg_id, timeout, f"reply to {msg_type}"
+    )
 
 
 def interrupt(kc: BlockingKernelClient, target: str | None = None, *, timeout: float = REPLY_TIMEOUT) -> dict:
     """Send interrupt_request (targeted if `target`), return the interrupt_reply content."""
     reply = control_request(kc, protocol.INTERRUPT_REQUEST, {"target": target} if target else {}, timeout=timeout)
     return t.cast(dict, reply["content"])
+
+
+def checkpoint_request(
+    kc: BlockingKernelClient, action: str, name: str | None = None, *, timeout: float = 60.0
+) -> dict:
+    """Send checkpoint_request (save, restore, list, drop; docs/checkpoints.md) on shell;
+    its reply content, once the kernel is idle."""
+    msg = kc.session.msg("checkpoint_request", {"action": action, **({"name": name} if name is not None else {})})
+    kc.shell_channel.send(msg)
+    msg_id = str(msg["header"]["msg_id"])
+    reply = wait_reply(kc, msg_id, timeout)
+    if reply["msg_type"] != "checkpoint_reply":
+        raise RuntimeError(f"a checkpoint_request was answered by {reply['msg_type']}: {reply['content']}")
+    wait_idle(kc, msg_id, timeout)
+    return t.cast(dict, reply["content"])
+
+
+def restart(km: KernelManager, kc: BlockingKernelClient, *, now: bool = True, timeout: float = START_TIMEOUT) -> None:
+    """Restart the kernel on the same connection file (`now`: SIGKILL, else a shutdown request), until it answers."""
+    km.restart_kernel(now=now)
+    kc.wait_for_ready(timeout=timeout)

@@ -80,6 +80,23 @@ class Server:
         assert status == 200, (status, body)
         return str(body["execution_state"])
 
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
+    def stop(self, timeout: float = 60.0) -> int | None:
+        """What a service manager's stop does: SIGTERM to the server, which shuts its kernels down and exits;
+        its exit code (SIGKILL to its process group after `timeout`, None then)."""
+        with contextlib.suppress(ProcessLookupError):
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)
+            return None
+
     def log_tail(self, lines: int = 40) -> str:
         with contextlib.suppress(OSError), open(self.log_path, errors="replace") as f:
             return "".join(f.readlines()[-lines:])
@@ -87,16 +104,25 @@ class Server:
 
 
 @contextlib.contextmanager
-def jupyter_server(*, argv: list[str] | None = None, env: dict[str, str] | None = None) -> Iterator[Server]:
-    """`python -m jupyter_server` on 127.0.0.1, a random port and token; stopped (process group) after."""
-    token = secrets.token_hex(16)
+def jupyter_server(
+    *, argv: list[str] | None = None, env: dict[str, str] | None = None, token: str | None = None
+) -> Iterator[Server]:
+    """`python -m jupyter_server` on 127.0.0.1, a random port and token (or `token`: a server that replaces
+    another one); stopped (process group) after."""
+    token = token or secrets.token_hex(16)
     root = tempfile.mkdtemp(prefix="cancelkernel-root-")
 
     def command(port: int) -> list[str]:
         return [
-            sys.executable, "-m", "jupyter_server",
-            "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
-            f"--IdentityProvider.token={token}", "--ServerApp.open_browser=False", f"--ServerApp.root_dir={root}",
+            sys.executable,
+            "-m",
+            "jupyter_server",
+            "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={port}",
+            "--ServerApp.port_retries=0",
+            f"--IdentityProvider.token={token}",
+            "--ServerApp.open_browser=False",
+            f"--ServerApp.root_dir={root}",
             *(["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []),
             *(argv or []),
         ]
@@ -115,9 +141,14 @@ def kernel_gateway(*, argv: list[str] | None = None, env: dict[str, str] | None 
 
     def command(port: int) -> list[str]:
         return [
-            sys.executable, "-m", "kernel_gateway",
-            "--KernelGatewayApp.ip=127.0.0.1", f"--KernelGatewayApp.port={port}", "--KernelGatewayApp.port_retries=0",
-            f"--KernelGatewayApp.auth_token={token}", *(argv or []),
+            sys.executable,
+            "-m",
+            "kernel_gateway",
+            "--KernelGatewayApp.ip=127.0.0.1",
+            f"--KernelGatewayApp.port={port}",
+            "--KernelGatewayApp.port_retries=0",
+            f"--KernelGatewayApp.auth_token={token}",
+            *(argv or []),
         ]
 
     # Listing kernels (off by default in the gateway) lets the cleanup find every kernel it started.
@@ -137,28 +168,39 @@ START_ATTEMPTS = 3
 
 
 @contextlib.contextmanager
-def _serving(command: t.Callable[[int], list[str]], token: str, env: dict[str, str] | None, what: str) -> Iterator[Server]:
-    """Start `command(port)`, wait until GET /api answers, and stop it (its kernels first) whatever happens."""
+def _serving(
+    command: t.Callable[[int], list[str]],
+    token: str,
+    env: dict[str, str] | None,
+    what: str,
+    *,
+    inherit: t.Mapping[str, str] | None = None,
+) -> Iterator[Server]:
+    """Start `command(port)`, wait until GET /api answers, and stop it (its kernels first) whatever happens.
+
+    inherit: the environment the server starts from (default: this process's), before `env`.
+    """
     scratch = tempfile.mkdtemp(prefix="cancelkernel-server-")
     runtime_dir = os.path.join(scratch, "runtime")
     os.makedirs(runtime_dir)
     log_path = os.path.join(scratch, "server.log")
-    environment = {**os.environ, "JUPYTER_RUNTIME_DIR": runtime_dir, **(env or {})}
-    log = open(log_path, "wb")
+    environment = {**(os.environ if inherit is None else inherit), "JUPYTER_RUNTIME_DIR": runtime_dir, **(env or {})}
     server: Server | None = None
     try:
-        for attempt in range(1, START_ATTEMPTS + 1):
-            port = free_port()
-            process = subprocess.Popen(command(port), stdout=log, stderr=subprocess.STDOUT, env=environment, start_new_session=True)
-            server = Server(f"http://127.0.0.1:{port}", token, runtime_dir, log_path, process)
-            if _answers(server, what, last_try=attempt == START_ATTEMPTS):
-                break
-        assert server is not None
-        yield server
+        with open(log_path, "wb") as log:
+            for attempt in range(1, START_ATTEMPTS + 1):
+                port = free_port()
+                process = subprocess.Popen(
+                    command(port), stdout=log, stderr=subprocess.STDOUT, env=environment, start_new_session=True
+                )
+                server = Server(f"http://127.0.0.1:{port}", token, runtime_dir, log_path, process)
+                if _answers(server, what, last_try=attempt == START_ATTEMPTS):
+                    break
+            assert server is not None
+            yield server
     finally:
         if server is not None:
             _stop(server)
-        log.close()
         shutil.rmtree(scratch, ignore_errors=True)
 
 
@@ -185,9 +227,14 @@ def _answers(server: Server, what: str, *, last_try: bool) -> bool:
         if server.process.poll() is not None:
             if not last_try and "already in use" in server.log_tail():
                 return False
-            raise RuntimeError(f"{what} exited with {server.process.returncode} before it answered:\n{server.log_tail()}")
+            raise RuntimeError(
+                f"{what} exited with {server.process.returncode} before it answered:\n{server.log_tail()}"
+            )
         with contextlib.suppress(OSError):
-            if server.request("GET", "/api", timeout=2)[0] == 200 and server.request("GET", "/api/kernels", timeout=2)[0] == 200:
+            if (
+                server.request("GET", "/api", timeout=2)[0] == 200
+                and server.request("GET", "/api/kernels", timeout=2)[0] == 200
+            ):
                 return True
         if time.monotonic() > deadline:
             raise RuntimeError(f"{what} did not answer within {START_TIMEOUT:g} s:\n{server.log_tail()}")

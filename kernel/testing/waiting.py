@@ -13,7 +13,8 @@ cannot land before the call has started.
 
 What the status cannot say, a file can: `FileFlag` is a flag between the
 test and a cell, one the cell sets (a marker: "I got here") or one it waits
-for (a gate: the test lets it go on when it chooses).
+for (a gate: the test lets it go on when it chooses).  Other state (a
+process exited, an agent's warm spare ready) is polled with `wait_until`.
 """
 
 from __future__ import annotations
@@ -36,10 +37,14 @@ from .kernels import REPLY_TIMEOUT, control_request, wait_reply
 POLL = 0.02
 
 
+def cancel_status(kc: t.Any, *, timeout: float = REPLY_TIMEOUT) -> dict:
+    """The kernel's cancel_status_reply content: what runs where, abandoned threads, memory (docs/protocol.md)."""
+    return t.cast(dict, control_request(kc, protocol.CANCEL_STATUS_REQUEST, timeout=timeout)["content"])
+
+
 def cell_status(kc: t.Any, msg_id: str) -> dict | None:
     """The cancel_status entry of the running execution `msg_id` (None: it does not run now)."""
-    content = control_request(kc, protocol.CANCEL_STATUS_REQUEST)["content"]
-    return next((e for e in content.get("executions") or [] if e.get("msg_id") == msg_id), None)
+    return next((e for e in cancel_status(kc).get("executions") or [] if e.get("msg_id") == msg_id), None)
 
 
 def wait_running(
@@ -78,11 +83,20 @@ def wait_awaiting(kc: t.Any, msg_id: str, *, timeout: float = REPLY_TIMEOUT) -> 
     return _wait_status(kc, msg_id, _in_selector, "suspended in an await (its loop in the selector)", timeout)
 
 
+def wait_state(kc: t.Any, msg_id: str, state: str, *, timeout: float = REPLY_TIMEOUT) -> dict:
+    """Wait until the running execution `msg_id` is in `state` (e.g. unresponsive-to-interrupt);
+    its cancel_status entry.
+
+    The kernel decides such a state itself (past the interrupt grace): the test asks until it has.
+    """
+    return _wait_status(kc, msg_id, lambda e: e.get("state") == state, f"in state {state!r}", timeout)
+
+
 def wait_no_abandoned_threads(kc: t.Any, *, timeout: float = REPLY_TIMEOUT) -> None:
     """Wait until the kernel lists no abandoned exec thread (worker mode): every one has exited."""
     deadline = time.monotonic() + timeout
     while True:
-        listed = control_request(kc, protocol.CANCEL_STATUS_REQUEST)["content"].get("abandoned_threads")
+        listed = cancel_status(kc).get("abandoned_threads")
         if not listed:
             return
         if time.monotonic() > deadline:
@@ -194,10 +208,27 @@ class FileFlag:
             time.sleep(POLL)
 
 
-# -- a move made on state, from another thread ------------------------------------------
+# -- any state, polled; a move made on state, from another thread ------------------------
 
 
-def act_when(predicate: t.Callable[[], t.Any], action: t.Callable[[], object], *, timeout: float = REPLY_TIMEOUT) -> threading.Event:
+def wait_until(predicate: t.Callable[[], t.Any], timeout: float = REPLY_TIMEOUT, *, poll: float = 0.05) -> t.Any:
+    """The first true value `predicate()` returns, asked every `poll` s; past `timeout`, its last (false) value.
+
+    For state no kernel reports (a process, a file, an agent's spare): `assert
+    wait_until(...)` waits on it, the timeout only stops a broken setup from hanging.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = predicate()
+        if found:
+            return found
+        time.sleep(poll)  # a pause between two questions, not a guess at how long anything takes
+    return predicate()
+
+
+def act_when(
+    predicate: t.Callable[[], t.Any], action: t.Callable[[], object], *, timeout: float = REPLY_TIMEOUT
+) -> threading.Event:
     """On a thread of its own, run `action()` once `predicate()` holds (polled); the returned event is set once it ran.
 
     For a move the test makes while another call of its own blocks (interrupt
@@ -208,13 +239,9 @@ def act_when(predicate: t.Callable[[], t.Any], action: t.Callable[[], object], *
     acted = threading.Event()
 
     def watch() -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if predicate():
-                action()
-                acted.set()
-                return
-            time.sleep(POLL)
+        if wait_until(predicate, timeout, poll=POLL):
+            action()
+            acted.set()
 
     threading.Thread(target=watch, name="cancelkernel-test-act-when", daemon=True).start()
     return acted
@@ -233,7 +260,10 @@ def process_exited(pid: int, timeout: float = 15.0) -> bool:
     while True:
         try:
             with open(f"/proc/{pid}/stat") as f:
-                if f.read().rpartition(") ")[2].startswith(("Z", "X")) and os.listdir(f"/proc/{pid}/task") in ([], [str(pid)]):
+                if f.read().rpartition(") ")[2].startswith(("Z", "X")) and os.listdir(f"/proc/{pid}/task") in (
+                    [],
+                    [str(pid)],
+                ):
                     return True
         except FileNotFoundError:
             return True
@@ -247,6 +277,17 @@ def process_exited(pid: int, timeout: float = 15.0) -> bool:
         if time.monotonic() > deadline:
             return False
         time.sleep(POLL)
+
+
+# -- the agent client's warm spare -------------------------------------------------------------
+
+
+def spare_pid(ak: t.Any, wait: float = 0.0) -> int | None:
+    """The pid of an AgentKernel's warm spare kernel, if it has one (waiting up to `wait` s for it to be ready)."""
+    spare = getattr(ak.link.lifecycle, "spare", None)
+    wait_until(lambda: spare is None or spare.ready, wait)
+    km = spare.km if spare is not None else None
+    return int(km.provisioner.pid) if km is not None and km.provisioner is not None else None
 
 
 # -- a signal, handled -------------------------------------------------------------------------

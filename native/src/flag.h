@@ -98,6 +98,8 @@ CK_INTERNAL int ck_start_yield(int signum, int stall_ms);
 CK_INTERNAL void ck_beat(void);
 /* An execution began: wake the yield thread if it sleeps because none ran. */
 CK_INTERNAL void ck_yield_wake(void);
+/* Watch `fd` (the control socket's) while executions run: a message it holds unread asks for a yield at once; -1: none. */
+CK_INTERNAL void ck_yield_watch(int fd);
 
 /* --- cancellable sleep (yield.c) --- */
 

@@ -10,6 +10,14 @@
  *
  * While no execution runs the thread sleeps on a condition variable that
  * ck_begin signals (ck_yield_wake): an idle kernel never wakes up for it.
+ *
+ * With a watched file descriptor (the control socket's, ck_yield_watch) it also
+ * sees a control message that waits: the descriptor stays readable until the
+ * control thread takes the message in, which it cannot do while one C call holds
+ * the GIL.  A message unread for CK_WAIT_YIELD_MS asks for the yield at once
+ * (instead of after the heartbeat's stall), and, with a signal number, one unread
+ * for CK_WAIT_SIGNAL_MS signals the main thread too; the bit is cleared as soon
+ * as the message was taken in, so a cooperative loop pauses only while it must.
  */
 
 /* First, as in any extension: it sets the feature macros (POSIX, XSI) the headers below depend on. */
@@ -18,14 +26,25 @@
 #include "flag.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <time.h>
+
+/* A control message unread this long asks for a yield; this long, the signal too (then every SIGNAL_EVERY). */
+#define CK_WAIT_YIELD_MS 1
+#define CK_WAIT_SIGNAL_MS 3
+#define CK_WAIT_SIGNAL_EVERY_MS 20
+/* Unread this long, it is not the GIL (the control thread is busy elsewhere): the fd is left alone a while. */
+#define CK_WAIT_GIVE_UP_MS 100
+#define CK_WAIT_COOLDOWN_TICKS 10
+#define CK_TICK_MS 10
 
 static unsigned long ck_heartbeat;
 static int ck_yield_signal;
 static int ck_yield_stall_ms;
 static int ck_yield_running;
+static int ck_watch_fd = -1;
 static pthread_mutex_t ck_yield_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t ck_yield_cond = PTHREAD_COND_INITIALIZER;
 
@@ -42,35 +61,81 @@ void ck_yield_wake(void) {
     pthread_mutex_unlock(&ck_yield_lock);
 }
 
+void ck_yield_watch(int fd) { __atomic_store_n(&ck_watch_fd, fd, __ATOMIC_RELAXED); }
+
+static int ck_readable(int fd, int timeout_ms) {
+    struct pollfd p = {fd, POLLIN, 0};
+    return poll(&p, 1, timeout_ms) > 0 && (p.revents & POLLIN);
+}
+
+/* Sleep one tick, or less if the watched fd turns readable; 1 if it did. */
+static int ck_tick(int watch) {
+    int fd = watch ? __atomic_load_n(&ck_watch_fd, __ATOMIC_RELAXED) : -1;
+    if (fd >= 0) return ck_readable(fd, CK_TICK_MS);
+    struct timespec tick = {0, CK_TICK_MS * 1000 * 1000};
+    nanosleep(&tick, NULL);
+    return 0;
+}
+
+/* A control message is waiting: give the control thread the GIL until it took the message in.
+   Returns 0, or 1 if it stayed unread past CK_WAIT_GIVE_UP_MS. */
+static int ck_control_waiting(int fd) {
+    struct timespec ms = {0, 1000 * 1000};
+    int waited = 0, asked = 0, signalled = -1, gave_up = 0;
+    while (ck_any_running()) {
+        nanosleep(&ms, NULL);
+        waited++;
+        if (!ck_readable(fd, 0)) break;
+        if (waited >= CK_WAIT_GIVE_UP_MS) {
+            gave_up = 1;
+            break;
+        }
+        if (waited >= CK_WAIT_YIELD_MS && !asked) {
+            ck_set_yield();
+            asked = 1;
+        }
+        int signum = __atomic_load_n(&ck_yield_signal, __ATOMIC_RELAXED);
+        if (signum != 0 && waited >= CK_WAIT_SIGNAL_MS && (signalled < 0 || waited - signalled >= CK_WAIT_SIGNAL_EVERY_MS)) {
+            ck_kill_main_thread(signum);
+            signalled = waited;
+        }
+    }
+    if (asked) ck_clear_yield();
+    return gave_up;
+}
+
 static void *ck_yield_main(void *unused) {
     (void)unused;
     sigset_t all;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, NULL);  /* no signal is ever handled on this thread */
     unsigned long last = 0;
-    int stalled = 0;
-    struct timespec tick = {0, 10 * 1000 * 1000};
+    double since = ck_monotonic();  /* when the heartbeat last moved (or the wait began) */
+    int cooldown = 0;    /* ticks left before the watched fd is looked at again */
     for (;;) {
         if (!ck_any_running()) {
             ck_clear_yield();  /* no execution to reach: never slow down code outside a cell */
             ck_wait_for_execution();
             last = __atomic_load_n(&ck_heartbeat, __ATOMIC_RELAXED);
-            stalled = 0;
+            since = ck_monotonic();
         }
-        nanosleep(&tick, NULL);
-        unsigned long beat = __atomic_load_n(&ck_heartbeat, __ATOMIC_RELAXED);
+        int readable = ck_tick(cooldown == 0);
+        if (cooldown > 0) cooldown--;
         if (!ck_any_running()) continue;
+        if (readable && ck_control_waiting(__atomic_load_n(&ck_watch_fd, __ATOMIC_RELAXED)))
+            cooldown = CK_WAIT_COOLDOWN_TICKS;
+        unsigned long beat = __atomic_load_n(&ck_heartbeat, __ATOMIC_RELAXED);
+        double now = ck_monotonic();
         if (beat != last) {
             last = beat;
-            stalled = 0;
+            since = now;
             continue;
         }
-        stalled += 10;
-        if (stalled >= __atomic_load_n(&ck_yield_stall_ms, __ATOMIC_RELAXED)) {
+        if ((now - since) * 1000.0 >= __atomic_load_n(&ck_yield_stall_ms, __ATOMIC_RELAXED)) {
             ck_set_yield();
             int signum = __atomic_load_n(&ck_yield_signal, __ATOMIC_RELAXED);
             if (signum != 0) ck_kill_main_thread(signum);
-            stalled = 0;
+            since = now;
         }
     }
     return NULL;

@@ -33,6 +33,7 @@ SKIP_VARIABLE = "CANCELKERNEL_SKIP_BROWSER"
 ARTIFACTS_VARIABLE = "CANCELKERNEL_ARTIFACTS"
 HERE = os.path.dirname(os.path.abspath(__file__))
 
+
 def _not_available(what: str) -> t.NoReturn:
     if os.environ.get(SKIP_VARIABLE) == "1":
         pytest.skip(f"{what} ({SKIP_VARIABLE}=1)")
@@ -43,7 +44,9 @@ def _not_available(what: str) -> t.NoReturn:
 def chromium() -> str:
     path = shutil.which("chromium")
     if path is None:
-        _not_available("the browser tests need Debian's chromium: `apt-get install chromium` (as root; .ci/run does it)")
+        _not_available(
+            "the browser tests need Debian's chromium: `apt-get install chromium` (as root; .ci/run does it)"
+        )
     try:
         import jupyterlab  # noqa: F401
         import playwright.sync_api  # noqa: F401
@@ -100,7 +103,7 @@ def notebook(browser: t.Any, lab: Server, artifacts: str, request: pytest.Fixtur
 
 def delete_sessions(server: Server) -> None:
     """Close every notebook session (and so its kernel) the test opened."""
-    status, sessions = server.request("GET", "/api/sessions")
+    _status, sessions = server.request("GET", "/api/sessions")
     for session in sessions or []:
         server.request("DELETE", f"/api/sessions/{session['id']}", timeout=30)
 

@@ -1,4 +1,5 @@
-"""What a person does in JupyterLab, as Playwright calls: open a notebook from the launcher, run cells, read outputs, press toolbar buttons.
+"""What a person does in JupyterLab, as Playwright calls: open a notebook from the launcher, run cells, read outputs,
+press toolbar buttons.
 
 Every wait is on DOM state (the status bar's text, a cell's prompt, an
 output), never a sleep; the timeouts are generous and only stop a broken
@@ -19,10 +20,9 @@ import urllib.parse
 import uuid
 from collections.abc import Iterator
 
-try:
+# Without playwright, the `chromium` fixture fails (or skips) each test with what to install.
+with contextlib.suppress(ImportError):
     from playwright.sync_api import Locator, Page, expect
-except ImportError:  # the `chromium` fixture fails (or skips) each test with what to install
-    pass
 
 from cancelkernel.kernelspec import DEFAULT_DISPLAY_NAME
 from cancelkernel.testing import FileFlag, private_kernelspecs
@@ -49,7 +49,8 @@ LAB_SETTINGS = {
 
 @contextlib.contextmanager
 def lab_server() -> Iterator[Server]:
-    """`jupyter server` with JupyterLab: its own settings and workspaces, and kernelspecs "cancelkernel" and "cancelkernel-worker"."""
+    """`jupyter server` with JupyterLab: its own settings and workspaces,
+    and kernelspecs "cancelkernel" and "cancelkernel-worker"."""
     lab_dirs = tempfile.mkdtemp(prefix="cancelkernel-lab-")
     try:
         settings = os.path.join(lab_dirs, "settings")
@@ -75,7 +76,8 @@ def ms(seconds: float) -> float:
 
 
 def wait_text(locator: Locator, text: str | re.Pattern[str], what: str, timeout: float = KERNEL_TIMEOUT) -> None:
-    """Until `locator` shows `text` (the whole text; a pattern may match part); AssertionError `what` after `timeout`."""
+    """Until `locator` shows `text` (the whole text; a pattern may match part);
+    AssertionError `what` after `timeout`."""
     expect(locator, what).to_have_text(text, timeout=ms(timeout))
 
 
@@ -104,11 +106,18 @@ class Cell:
         return "\n".join(text.strip() for text in self.outputs.all_inner_texts())
 
     def output_with(self, text: str | re.Pattern[str], *, errors: bool = True) -> Locator:
-        """The outputs of this cell (rendered text, widget, error unless `errors=False`) whose visible text contains `text`."""
-        outputs = self.outputs if errors else self.element.locator(f".jp-OutputArea-output:not([data-mime-type='{_ERROR_MIME}'])")
+        """The outputs of this cell (rendered text, widget, error unless `errors=False`) whose visible
+        text contains `text`."""
+        outputs = (
+            self.outputs
+            if errors
+            else self.element.locator(f".jp-OutputArea-output:not([data-mime-type='{_ERROR_MIME}'])")
+        )
         return outputs.filter(has_text=text)
 
-    def expect_output(self, text: str | re.Pattern[str], timeout: float = KERNEL_TIMEOUT, *, errors: bool = True) -> Locator:
+    def expect_output(
+        self, text: str | re.Pattern[str], timeout: float = KERNEL_TIMEOUT, *, errors: bool = True
+    ) -> Locator:
         """The first output showing `text`, once it is visible."""
         found = self.output_with(text, errors=errors).first
         expect(found, f"no visible output with {text!r} in the cell").to_be_visible(timeout=ms(timeout))
@@ -123,8 +132,11 @@ class Notebook:
         self.server = server
         self.display_name = display_name
         self.cells = page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell")
-        # The kernel's status bar item: "<display name> | Idle" (the toolbar circle says idle before the kernel started).
-        self.status = page.locator("#jp-main-statusbar .jp-StatusBar-TextItem").filter(has_text=display_name + _STATUS_SEPARATOR)
+        # The kernel's status bar item: "<display name> | Idle"
+        # (the toolbar circle says idle before the kernel started).
+        self.status = page.locator("#jp-main-statusbar .jp-StatusBar-TextItem").filter(
+            has_text=display_name + _STATUS_SEPARATOR
+        )
 
     def open_from_launcher(self) -> None:
         # A fresh workspace: nothing of another test's layout is restored.
@@ -140,7 +152,8 @@ class Notebook:
         path = urllib.parse.unquote(self.page.url.split("/tree/", 1)[-1].split("?", 1)[0])
         status, sessions = self.server.request("GET", "/api/sessions")
         ids = [session["kernel"]["id"] for session in sessions or [] if session["path"] == path]
-        assert status == 200 and len(ids) == 1, f"no one session for {path!r}: {status} {sessions}"
+        assert status == 200, f"no one session for {path!r}: {status} {sessions}"
+        assert len(ids) == 1, f"no one session for {path!r}: {status} {sessions}"
         return str(ids[0])
 
     def launcher_card(self) -> Locator:
@@ -205,7 +218,9 @@ class Notebook:
                 };
                 read();
                 const observer = new MutationObserver(read);
-                observer.observe(document.querySelector('#jp-main-statusbar'), {subtree: true, childList: true, characterData: true});
+                observer.observe(
+                    document.querySelector('#jp-main-statusbar'), {subtree: true, childList: true, characterData: true}
+                );
                 window.__ckStatus = {seen, stop: () => { read(); observer.disconnect(); }};
             }""",
             self.display_name + _STATUS_SEPARATOR,

@@ -1,4 +1,5 @@
-"""JupyterLab driving our kernel, as a person does it: the launcher, cells, the toolbar's interrupt and restart, widgets.
+"""JupyterLab driving our kernel, as a person does it: the launcher, cells,
+the toolbar's interrupt and restart, widgets.
 
 Each test opens a notebook from the launcher's "Python 3 (cancelkernel)"
 card in a fresh workspace (fixture `notebook`), types cells with
@@ -12,7 +13,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import sys
 import time
 
 import pytest
@@ -23,9 +23,6 @@ from cancelkernel import protocol
 from cancelkernel.kernelspec import DEFAULT_DISPLAY_NAME
 from cancelkernel.testing import FileFlag, act_when, control_request, wait_running
 from cancelkernel.testing.servers import Server
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples", "native"))
-from native_build import build_montecarlo  # noqa: E402
 
 # (what, the runaway's code, its line where the kernel's status shows it running): every one is stopped
 # by the toolbar's interrupt in main mode (README's table).
@@ -40,11 +37,6 @@ POLL_FOR = 4.0
 POLL_EVERY = 0.2
 
 
-@pytest.fixture(scope="module")
-def example_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return build_montecarlo(str(tmp_path_factory.mktemp("montecarlo")))
-
-
 def expect_interrupted(cell: Cell) -> None:
     cell.wait_done(STOP_TIMEOUT)
     cell.expect_output("KeyboardInterrupt", timeout=STOP_TIMEOUT)
@@ -52,15 +44,17 @@ def expect_interrupted(cell: Cell) -> None:
 
 def test_the_launcher_entry_starts_our_kernel(notebook: Notebook, lab: Server) -> None:
     # The fixture clicked the card and waited for "Python 3 (cancelkernel) | Idle"; the kernel answers and keeps state.
-    status, sessions = lab.request("GET", "/api/sessions")
+    _status, sessions = lab.request("GET", "/api/sessions")
     assert [s["kernel"]["name"] for s in sessions] == ["cancelkernel"], sessions
     notebook.run_done("x = 42")
     notebook.expect_prints("print(x)", "42")
     notebook.expect_prints("print(type(get_ipython().kernel).__module__.split('.')[0])", "cancelkernel")
 
 
-@pytest.mark.parametrize("what,code,at", RUNAWAYS, ids=[what for what, _, _ in RUNAWAYS])
-def test_the_interrupt_button_stops_a_runaway_and_keeps_x(notebook: Notebook, lab: Server, what: str, code: str, at: str, example_dir: str) -> None:
+@pytest.mark.parametrize(("what", "code", "at"), RUNAWAYS, ids=[what for what, _, _ in RUNAWAYS])
+def test_the_interrupt_button_stops_a_runaway_and_keeps_x(
+    notebook: Notebook, lab: Server, what: str, code: str, at: str, example_dir: str
+) -> None:
     notebook.run_done(f"import sys; sys.path.insert(0, {example_dir!r})\nimport montecarlo\nx = 42")
     # Connected before the cell: a client's first kernel_info goes to the shell, which the cell keeps busy.
     kc = lab.client(notebook.kernel_id())
@@ -84,12 +78,16 @@ def test_a_budget_trip_is_a_visible_readable_line(notebook: Notebook) -> None:
     notebook.run_done("x = 42")
     cell = notebook.run("%%budget wall=1\nwhile True:\n    pass")
     cell.wait_done(STOP_TIMEOUT)
-    # Wording may change: the trip is its own output (not the error), names the wall budget in words, not as JSON, and is on screen.
+    # Wording may change: the trip is its own output (not the error), names the wall budget in words,
+    # not as JSON, and is on screen.
     line = cell.expect_output(re.compile("wall budget", re.IGNORECASE), errors=False)
     text = line.inner_text().strip()
-    assert '"event"' not in text and not text.startswith("{"), f"the trip is shown as raw JSON: {text!r}"
+    assert '"event"' not in text, f"the trip is shown as raw JSON: {text!r}"
+    assert not text.startswith("{"), f"the trip is shown as raw JSON: {text!r}"
     box = line.bounding_box()
-    assert box is not None and box["width"] > 50 and box["height"] >= 10, f"the trip line is not laid out as readable text: {box}"
+    assert box is not None, f"the trip line is not laid out as readable text: {box}"
+    assert box["width"] > 50, f"the trip line is not laid out as readable text: {box}"
+    assert box["height"] >= 10, f"the trip line is not laid out as readable text: {box}"
     cell.expect_output("KeyboardInterrupt")
     notebook.expect_prints("print(x)", "42")
 
@@ -116,7 +114,9 @@ def test_the_status_bar_stays_busy_while_another_client_polls_cancel_status(note
         seen = notebook.recorded_status()
         assert polls >= POLL_FOR / POLL_EVERY / 4, f"only {polls} cancel_status replies in {POLL_FOR:g} s"
         assert cell.is_running(), "the cell ended before the polling did"
-        assert all(text.endswith("| Busy") for text in seen), f"the status bar left Busy while another client polled ({polls} polls): {seen}"
+        assert all(text.endswith("| Busy") for text in seen), (
+            f"the status bar left Busy while another client polled ({polls} polls): {seen}"
+        )
         gate.set()
         cell.wait_done()
         notebook.wait_status("Idle")
@@ -158,16 +158,20 @@ def test_a_slider_observer_during_a_long_cell_then_the_interrupt(notebook: Noteb
     handle = shown.element.locator(".widget-slider .noUi-handle")
 
     def move_to(fraction: float) -> str:
-        # Dragged by its handle as a person does (a second click on the track is not taken by the slider, stock or ours).
+        # Dragged by its handle as a person does (a second click on the track is not taken by the
+        # slider, stock or ours).
         before = readout.inner_text()
         box, grip = track.bounding_box(), handle.bounding_box()
-        assert box is not None and grip is not None, "the slider is not on screen"
+        assert box is not None, "the slider is not on screen"
+        assert grip is not None, "the slider is not on screen"
         mouse = notebook.page.mouse
         mouse.move(grip["x"] + grip["width"] / 2, grip["y"] + grip["height"] / 2)
         mouse.down()
         mouse.move(box["x"] + box["width"] * fraction, box["y"] + box["height"] / 2, steps=5)
         mouse.up()
-        wait_text(readout, re.compile(r"^(?!" + re.escape(before) + r"$)\d+$"), "dragging the slider's handle did not move it")
+        wait_text(
+            readout, re.compile(r"^(?!" + re.escape(before) + r"$)\d+$"), "dragging the slider's handle did not move it"
+        )
         return f"seen {readout.inner_text()}"
 
     notebook.record_status()
@@ -179,7 +183,9 @@ def test_a_slider_observer_during_a_long_cell_then_the_interrupt(notebook: Noteb
     # cell. The label can update before the status bar shows that busy (a loaded machine): wait for it, then look back.
     notebook.wait_status("Busy")
     seen = notebook.recorded_status()
-    assert seen[-1].endswith("| Busy"), f"the status bar does not say Busy after the widgets' messages while the cell runs: {seen}"
+    assert seen[-1].endswith("| Busy"), (
+        f"the status bar does not say Busy after the widgets' messages while the cell runs: {seen}"
+    )
     notebook.interrupt()
     expect_interrupted(cell)
     notebook.expect_prints("print(x)", "42")
@@ -200,7 +206,8 @@ def test_restart_stops_a_runaway_and_gives_a_fresh_kernel(notebook: Notebook) ->
 
 
 def test_a_kernel_killed_in_a_cell_is_named_in_the_next_one(notebook: Notebook, lab: Server) -> None:
-    """The kernel dies while a cell runs (SIGKILL from outside, as the OOM killer sends it); the server restarts it; the first cell says so."""
+    """The kernel dies while a cell runs (SIGKILL from outside, as the OOM killer sends it); the server restarts it;
+    the first cell says so."""
     pid = int(notebook.run_done("import os\nprint(os.getpid())").output_text().strip())
     kc = lab.client(notebook.kernel_id())
     try:

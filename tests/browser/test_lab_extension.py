@@ -1,4 +1,5 @@
-"""The JupyterLab extension (labextension/) at work, as a person uses it: the line on a running cell, its buttons, restart and restore.
+"""The JupyterLab extension (labextension/) at work, as a person uses it:
+the line on a running cell, its buttons, restart and restore.
 
 The line (`.ck-CellStatus`) shows on a cell of our kernel while it is queued or
 runs: its state, the elapsed time, the budgets counting down, Stop this cell,
@@ -41,7 +42,9 @@ def seconds_left(text: str) -> int:
 def test_the_extension_is_loaded_and_counts_a_budget_down(notebook: Notebook) -> None:
     cell = notebook.run("%%budget wall=20\nwhile True:\n    pass")
     line = status_line(cell)
-    expect(line, "no status line on a running cell of our kernel").to_have_attribute("data-phase", "running", timeout=ms(KERNEL_TIMEOUT))
+    expect(line, "no status line on a running cell of our kernel").to_have_attribute(
+        "data-phase", "running", timeout=ms(KERNEL_TIMEOUT)
+    )
     budgets = line.locator(".ck-CellStatus-budgets")
     expect(budgets).to_contain_text("wall budget:", timeout=ms(KERNEL_TIMEOUT))
     first = seconds_left(budgets.inner_text())
@@ -49,7 +52,9 @@ def test_the_extension_is_loaded_and_counts_a_budget_down(notebook: Notebook) ->
     expect(budgets).not_to_contain_text(f"wall budget: {first} s left", timeout=ms(KERNEL_TIMEOUT))
     assert seconds_left(budgets.inner_text()) < first
     assert "wall budget" in (line.get_attribute("aria-label") or ""), line.get_attribute("aria-label")
-    expect(notebook.page.locator("#jp-main-statusbar .ck-RunningStatus"), "no status bar item for the running cell").to_contain_text("cancelkernel: running")
+    expect(
+        notebook.page.locator("#jp-main-statusbar .ck-RunningStatus"), "no status bar item for the running cell"
+    ).to_contain_text("cancelkernel: running")
     picture(notebook, "lab-countdown.png")
     line.get_by_role("button", name="Stop this cell").click()
     cell.wait_done(STOP_TIMEOUT)
@@ -66,7 +71,9 @@ def test_stop_this_cell_cancels_a_queued_cell_and_leaves_the_running_one(noteboo
     expect(line).to_have_attribute("data-phase", "queued", timeout=ms(KERNEL_TIMEOUT))
     line.get_by_role("button", name="Stop this cell").click()
     # The kernel has taken the stop (its interrupt_reply says pending) before the running cell may end.
-    expect(line, "the queued cell's stop was not taken").to_have_attribute("data-phase", "cancelled", timeout=ms(KERNEL_TIMEOUT))
+    expect(line, "the queued cell's stop was not taken").to_have_attribute(
+        "data-phase", "cancelled", timeout=ms(KERNEL_TIMEOUT)
+    )
     gate.set()
     running.wait_done(KERNEL_TIMEOUT)
     running.expect_output("first done")
@@ -89,7 +96,9 @@ def test_where_is_it_shows_the_live_stack_and_jumps_to_the_line(notebook: Notebo
     assert any(re.match(r"Cell In\[\d+\], line [23] in spin: (while True:|pass)", t) for t in texts), texts
     defining = notebook.cells.nth(0)
     frames.filter(has_text="in spin").first.click()
-    expect(defining, "clicking spin's frame did not select the cell that defines it").to_have_class(re.compile(r"jp-mod-active"))
+    expect(defining, "clicking spin's frame did not select the cell that defines it").to_have_class(
+        re.compile(r"jp-mod-active")
+    )
     line.get_by_role("button", name="Stop this cell").click()
     cell.wait_done(STOP_TIMEOUT)
 
@@ -99,9 +108,12 @@ def test_a_gil_held_call_is_shown_as_not_answering_with_its_stack(notebook: Note
     cell = notebook.run("%%budget wall=60\ntotal = sum(range(10**13))")
     line = status_line(cell)
     # Control cannot answer while one C call holds the GIL: the page says so after the kernel's grace period.
-    expect(line, "a GIL-held call was not shown as not answering").to_have_attribute("data-phase", "not-answering", timeout=ms(KERNEL_TIMEOUT))
+    expect(line, "a GIL-held call was not shown as not answering").to_have_attribute(
+        "data-phase", "not-answering", timeout=ms(KERNEL_TIMEOUT)
+    )
     expect(line.locator(".ck-CellStatus-phase")).to_have_text("the kernel does not answer")
-    # The budget counts down though no status may ever have answered (the kernel's `started` event), and shows no output.
+    # The budget counts down though no status may ever have answered (the kernel's `started` event),
+    # and shows no output.
     expect(line.locator(".ck-CellStatus-budgets")).to_contain_text("wall budget:")
     expect(cell.outputs, "the started event showed something in the cell").to_have_count(0)
     line.get_by_role("button", name="Where is it?").click()
@@ -123,7 +135,9 @@ def test_restart_and_restore_from_the_kernel_menu_brings_x_back(notebook: Notebo
     dialog = page.locator(".jp-Dialog")
     expect(dialog, "no confirmation before restart and restore").to_be_visible(timeout=ms(KERNEL_TIMEOUT))
     dialog.locator(".jp-Dialog-button.jp-mod-accept").click()
-    expect(page.locator(".Toastify"), "no word of what came back").to_contain_text("restored: x", timeout=ms(KERNEL_TIMEOUT))
+    expect(page.locator(".Toastify"), "no word of what came back").to_contain_text(
+        "restored: x", timeout=ms(KERNEL_TIMEOUT)
+    )
     notebook.wait_status("Idle")
     notebook.expect_prints("print(x, 'later' in globals())", "42 False")  # a new kernel, with the checkpoint's state
 
@@ -142,7 +156,8 @@ def test_a_stock_notebook_is_left_as_it_is(notebook: Notebook) -> None:
 
 
 def wait_connected(lab, path: str) -> None:
-    """Until the notebook's kernel is idle with a websocket connection (the page's) open, by the server's own account."""
+    """Until the notebook's kernel is idle with a websocket connection (the page's) open,
+    by the server's own account."""
     deadline = time.monotonic() + KERNEL_TIMEOUT
     while True:
         sessions = lab.request("GET", "/api/sessions")[1] or []
@@ -156,9 +171,11 @@ def wait_connected(lab, path: str) -> None:
 
 def test_notebook_7_shows_the_line_and_stops_the_cell(browser, lab) -> None:
     """Notebook 7 (/notebooks, no status bar): the same extension, from the same install."""
-    content = {"cells": [], "metadata": {"kernelspec": {"name": "cancelkernel", "display_name": "Python 3 (cancelkernel)", "language": "python"}},
-               "nbformat": 4, "nbformat_minor": 5}  # fmt: skip
-    status, _ = lab.request("PUT", "/api/contents/nb7.ipynb", {"type": "notebook", "format": "json", "content": content})
+    kernelspec = {"name": "cancelkernel", "display_name": "Python 3 (cancelkernel)", "language": "python"}
+    content = {"cells": [], "metadata": {"kernelspec": kernelspec}, "nbformat": 4, "nbformat_minor": 5}
+    status, _ = lab.request(
+        "PUT", "/api/contents/nb7.ipynb", {"type": "notebook", "format": "json", "content": content}
+    )
     assert status in (200, 201), status
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     try:
@@ -167,14 +184,17 @@ def test_notebook_7_shows_the_line_and_stops_the_cell(browser, lab) -> None:
         expect(page.locator("#jp-main-statusbar"), "Notebook 7 has no status bar").to_have_count(0)
         editor = page.locator(".jp-Notebook .jp-Cell .cm-content").first
         expect(editor).to_be_visible(timeout=ms(KERNEL_TIMEOUT))
-        # Notebook 7 runs nothing on Shift+Enter before the page's kernel connection is up (its indicator says idle sooner).
+        # Notebook 7 runs nothing on Shift+Enter before the page's kernel connection is up
+        # (its indicator says idle sooner).
         wait_connected(lab, "nb7.ipynb")
         editor.click()
         page.keyboard.insert_text("%%budget wall=30\nwhile True:\n    pass")
         page.keyboard.press("Shift+Enter")
         cell = Cell(page.locator(".jp-Notebook .jp-Cell").first)
         line = status_line(cell)
-        expect(line, "no status line in Notebook 7").to_have_attribute("data-phase", "running", timeout=ms(KERNEL_TIMEOUT))
+        expect(line, "no status line in Notebook 7").to_have_attribute(
+            "data-phase", "running", timeout=ms(KERNEL_TIMEOUT)
+        )
         expect(line.locator(".ck-CellStatus-budgets")).to_contain_text("wall budget:")
         line.get_by_role("button", name="Stop this cell").click()
         cell.wait_done(STOP_TIMEOUT)

@@ -7,35 +7,34 @@ import json
 import os
 import signal
 import sys
-import time
 from typing import Any
 
 import pytest
-from agent_helpers import agent, kernel_args, process_gone, spare_pid
+from helpers import agent
 
 from cancelkernel.agent import read_log
+from cancelkernel.testing import process_exited, spare_pid, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
 WEDGE = "sum(range(10**12))"  # one C call holding the GIL: only a restart stops it
 
 
-def _env(tmp_path: Any) -> dict[str, Any]:
-    return {"extra_arguments": kernel_args("cancelkernel"), "env": {"JUPYTER_RUNTIME_DIR": str(tmp_path)}}
-
-
 @pytest.mark.parametrize("name", ["cancelkernel", "cancelkernel-worker"])
 def test_a_wedged_kernel_is_replaced_by_the_spare_with_its_state(name: str, tmp_path: Any) -> None:
     log = os.path.join(str(tmp_path), "agent.jsonl")
-    with agent(name, checkpoint="before-risky", log=log, **_env(tmp_path)) as ak:
+    with agent(name, checkpoint="before-risky", log=log, runtime_dir=tmp_path) as ak:
         assert ak.run("import json as js\ndata = bytes(2**20)\ntotal = 7").status == "ok"
         spare = spare_pid(ak, wait=30)
-        assert spare is not None and spare != ak.pid
+        assert spare is not None
+        assert spare != ak.pid
         old = ak.pid
         r = ak.run(WEDGE, wall_budget=0.5)
         assert (r.status, r.state) == ("restarted", "restored"), r.summary()
-        assert ak.pid == spare and process_gone(old)
-        assert r.timings["spare"] is True and r.notes == []
+        assert ak.pid == spare
+        assert old is None or process_exited(old)
+        assert r.timings["spare"] is True
+        assert r.notes == []
         steps = [r.timings[k] for k in ("stack_taken", "old_kernel_gone", "new_kernel_ready", "restored")]
         assert steps == sorted(steps), r.timings  # each step after the one before, all from the decision
         assert ak.run("print(total, len(data), js.dumps(1))").text == f"7 {2**20} 1\n"
@@ -45,25 +44,28 @@ def test_a_wedged_kernel_is_replaced_by_the_spare_with_its_state(name: str, tmp_
 
 
 def test_a_spare_that_died_while_idle_is_replaced_not_used(tmp_path: Any) -> None:
-    with agent("cancelkernel", **_env(tmp_path)) as ak:
+    with agent("cancelkernel", runtime_dir=tmp_path) as ak:
         ak.run("x = 1")
         dead = spare_pid(ak, wait=30)
         assert dead is not None
         os.kill(dead, signal.SIGKILL)
-        assert process_gone(dead)
+        assert process_exited(dead)
         ak.run("x = 2")  # between cells the dead spare is noticed and replaced
         fresh = spare_pid(ak, wait=30)
         assert fresh not in (None, dead)
         r = ak.run(WEDGE, wall_budget=0.5)
-        assert r.status == "restarted" and r.timings["spare"] is True and ak.pid == fresh
+        assert r.status == "restarted"
+        assert r.timings["spare"] is True
+        assert ak.pid == fresh
 
 
 def test_without_a_spare_the_restart_is_cold(tmp_path: Any) -> None:
-    with agent("cancelkernel", spare=False, **_env(tmp_path)) as ak:
+    with agent("cancelkernel", spare=False, runtime_dir=tmp_path) as ak:
         ak.run("x = 1")
         assert spare_pid(ak) is None
         r = ak.run(WEDGE, wall_budget=0.5)
-        assert r.status == "restarted" and r.timings["spare"] is False
+        assert r.status == "restarted"
+        assert r.timings["spare"] is False
         assert r.notes == []  # turned off on purpose: nothing to explain
 
 
@@ -79,19 +81,25 @@ def test_a_spare_that_cannot_start_falls_back_to_a_cold_restart(tmp_path: Any, m
         "    sys.exit('this start fails on purpose')\n"
         "os.execv(sys.executable, [sys.executable, '-m', 'ipykernel_launcher', *sys.argv[1:]])\n"
     )
-    spec = {"argv": [sys.executable, "-c", launcher, "-f", "{connection_file}"], "display_name": "flaky", "language": "python"}
+    spec = {
+        "argv": [sys.executable, "-c", launcher, "-f", "{connection_file}"],
+        "display_name": "flaky",
+        "language": "python",
+    }
     specs = tmp_path / "share" / "jupyter" / "kernels" / "flaky"
     specs.mkdir(parents=True)
     (specs / "kernel.json").write_text(json.dumps(spec))
-    monkeypatch.setenv("JUPYTER_PATH", os.pathsep.join(filter(None, [str(tmp_path / "share" / "jupyter"), os.environ.get("JUPYTER_PATH")])))
-    with agent("flaky", env={"JUPYTER_RUNTIME_DIR": str(tmp_path)}) as ak:
+    monkeypatch.setenv(
+        "JUPYTER_PATH",
+        os.pathsep.join(filter(None, [str(tmp_path / "share" / "jupyter"), os.environ.get("JUPYTER_PATH")])),
+    )
+    with agent("flaky", runtime_dir=tmp_path) as ak:
         ak.run("x = 1")
         spare = ak.link.lifecycle.spare
-        deadline = time.monotonic() + 30
-        while spare is not None and not spare._done.is_set() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: spare is None or spare._done.is_set(), 30)  # the spare's start has ended (in failure)
         r = ak.run(WEDGE, wall_budget=0.5)
-        assert r.status == "restarted" and r.timings["spare"] is False, r.summary()
+        assert r.status == "restarted", r.summary()
+        assert r.timings["spare"] is False, r.summary()
         assert "could not be used" in r.notes[0], r.notes
         assert ak.run("print(1)").text == "1\n"
         assert json.loads(count.read_text()) >= 3
@@ -99,19 +107,48 @@ def test_a_spare_that_cannot_start_falls_back_to_a_cold_restart(tmp_path: Any, m
 
 def test_the_spare_imports_the_checkpoints_modules_before_it_is_needed(tmp_path: Any) -> None:
     (tmp_path / "ck_spare_mod.py").write_text("class Thing:\n    pass\n")
-    env = {"JUPYTER_RUNTIME_DIR": str(tmp_path), "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
-    with agent("cancelkernel", extra_arguments=kernel_args("cancelkernel"), env=env) as ak:
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
+    with agent("cancelkernel", runtime_dir=tmp_path, env=env) as ak:
         assert ak.run("from ck_spare_mod import Thing\nthing = Thing()").status == "ok"
         ak.save_checkpoint()
         spare_pid(ak, wait=30)
         client = ak.link.lifecycle.spare.client
         probe = "'ck_spare_mod' in __import__('sys').modules"
-        deadline = time.monotonic() + 30
-        while True:  # the prepare request is answered in the background; poll the idle spare without touching its namespace
+
+        # The prepare request is answered in the background; ask the idle spare without touching its namespace
+        def imported() -> bool:
             reply = client.execute_interactive("", silent=True, user_expressions={"m": probe}, timeout=30)
-            if reply["content"]["user_expressions"]["m"]["data"]["text/plain"] == "True" or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
-        assert reply["content"]["user_expressions"]["m"]["data"]["text/plain"] == "True"
+            return bool(reply["content"]["user_expressions"]["m"]["data"]["text/plain"] == "True")
+
+        assert wait_until(imported, 30)
         r = ak.run(WEDGE, wall_budget=0.5)
-        assert (r.status, r.state) == ("restarted", "restored") and "thing" in r.restored
+        assert (r.status, r.state) == ("restarted", "restored")
+        assert "thing" in r.restored
+
+
+def test_the_spare_faults_in_memory_for_the_checkpoints_bytearray_and_the_restore_fills_it(tmp_path: Any) -> None:
+    size = 64 << 20
+    with agent("cancelkernel", runtime_dir=tmp_path) as ak:
+        setup = f"import os, hashlib\nblob = bytearray(os.urandom({size}))\ndigest = hashlib.sha256(blob).hexdigest()"
+        assert ak.run(setup).status == "ok"
+        ak.save_checkpoint()
+        spare = spare_pid(ak, wait=30)
+        assert spare is not None
+        client = ak.link.lifecycle.spare.client
+        prepared = 0
+        # The spare answers each prepare request; nobody else reads its shell channel while it waits.
+        while prepared < size:
+            reply = client.get_shell_msg(timeout=60)
+            if reply["msg_type"] == "checkpoint_reply":
+                assert reply["content"]["status"] == "ok", reply["content"]
+                prepared = reply["content"].get("prepared", 0)
+        assert prepared == size
+        with open(f"/proc/{spare}/statm") as f:  # held by the spare, counted as its memory
+            assert int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") >= size
+        r = ak.run(WEDGE, wall_budget=0.5)
+        assert (r.status, r.state) == ("restarted", "restored"), r.summary()
+        assert "blob" in r.restored, r.summary()
+        assert ak.pid == spare
+        assert r.timings["spare"] is True
+        check = ak.run("print(type(blob).__name__, len(blob), hashlib.sha256(blob).hexdigest() == digest)")
+        assert check.text == f"bytearray {size} True\n"

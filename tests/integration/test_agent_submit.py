@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
-from agent_helpers import agent
+from helpers import agent
 
 from cancelkernel.agent import BadInputError
+from cancelkernel.testing import wait_until
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def wait_for(predicate, timeout: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 @pytest.mark.parametrize("name", ["cancelkernel", "cancelkernel-worker"])
@@ -27,10 +17,14 @@ def test_a_submitted_cell_is_watched_and_interrupted(name: str) -> None:
         sub = ak.submit("import time\nprint('started', flush=True)\nwhile True:\n    time.sleep(0.01)")
         assert ak.busy
         # The watch's status may first be taken at the print (a loaded machine): wait until it says the loop.
-        assert wait_for(lambda: sub.watch.outputs and "time.sleep(0.01)" in (sub.watch.current_line() or "")), sub.watch.summary()
+        assert wait_until(lambda: sub.watch.outputs and "time.sleep(0.01)" in (sub.watch.current_line() or "")), (
+            sub.watch.summary()
+        )
         assert sub.watch.current_line().startswith("Cell In[")
         status = ak.status()
-        assert status["busy"] and status["cell"]["msg_id"] == sub.watch.msg_id and status["cell"]["outputs"] == 1
+        assert status["busy"]
+        assert status["cell"]["msg_id"] == sub.watch.msg_id
+        assert status["cell"]["outputs"] == 1
         with pytest.raises(BadInputError, match="still in progress"):
             ak.run("1")
         with pytest.raises(BadInputError, match="still in progress"):
@@ -41,7 +35,9 @@ def test_a_submitted_cell_is_watched_and_interrupted(name: str) -> None:
         r = sub.result(timeout=60)
         assert (r.status, r.reason) == ("interrupted", "manual")
         assert r.outputs[0]["text"] == "started\n"
-        assert not ak.busy and ak.status()["busy"] is False and ak.status()["alive"] is True
+        assert not ak.busy
+        assert ak.status()["busy"] is False
+        assert ak.status()["alive"] is True
         assert ak.run("1 + 1").status == "ok"  # the kernel is free again
 
 

@@ -16,7 +16,16 @@ import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
-from cancelkernel.testing import MODES, REPLY_TIMEOUT, outputs, running_kernel, send_execute, wait_reply
+from cancelkernel.testing import (
+    MODES,
+    REPLY_TIMEOUT,
+    checkpoint_request,
+    outputs,
+    restart,
+    running_kernel,
+    send_execute,
+    wait_reply,
+)
 
 
 @contextlib.contextmanager
@@ -49,23 +58,6 @@ def ok(kc: BlockingKernelClient, code: str, **kwargs: Any) -> dict:
     result = run(kc, code, **kwargs)
     assert result["reply"]["content"]["status"] == "ok", result
     return result
-
-
-def checkpoint_request(kc: BlockingKernelClient, action: str, name: str | None = None, *, timeout: float = 60) -> dict:
-    content: dict[str, Any] = {"action": action}
-    if name is not None:
-        content["name"] = name
-    msg = kc.session.msg("checkpoint_request", content)
-    kc.shell_channel.send(msg)
-    reply = wait_reply(kc, msg["header"]["msg_id"], timeout=timeout)
-    assert reply["msg_type"] == "checkpoint_reply"
-    return reply["content"]
-
-
-def restart(km: KernelManager, kc: BlockingKernelClient, *, now: bool = True) -> None:
-    """Restart the kernel with the same connection file: killed (SIGKILL) with `now`, else asked to shut down."""
-    km.restart_kernel(now=now)
-    kc.wait_for_ready(timeout=60)
 
 
 SETUP = """
@@ -122,21 +114,26 @@ def test_round_trip_across_restart_through_the_protocol(mode, tmp_path):
         ok(kc, SETUP)
         saved = checkpoint_request(kc, "save")
         assert saved["status"] == "ok", saved
-        assert saved["name"] == "default" and {"square", "Shape", "area", "p"} <= set(saved["saved"])
+        assert saved["name"] == "default"
+        assert {"square", "Shape", "area", "p"} <= set(saved["saved_names"])
         assert {s["name"] for s in saved["skipped"]} == {"lock", "gen"}
         restart(km, kc)
         assert run(kc, "square")["error"]["ename"] == "NameError"  # the restart really lost the state
         restored = checkpoint_request(kc, "restore")
         assert restored["status"] == "ok", restored
-        assert {"coll", "json", "p", "ET", "Shape", "Square", "Point", "area", "square", "points", "blob"} <= set(restored["restored"])
+        assert {"coll", "json", "p", "ET", "Shape", "Square", "Point", "area", "square", "points", "blob"} <= set(
+            restored["restored"]
+        )
         skipped = {s["name"]: s["reason"] for s in restored["skipped"]}
         assert set(skipped) == {"lock", "gen"}
-        assert "cannot pickle" in skipped["lock"] and "generator" in skipped["gen"]
+        assert "cannot pickle" in skipped["lock"]
+        assert "generator" in skipped["gen"]
         assert restored["summary"].startswith(f"restored {len(restored['restored'])} names")
         assert "state ok" in ok(kc, CHECK)["stdout"]
         # What came back can be saved again, and the new definitions still work.
         again = checkpoint_request(kc, "save", "again")
-        assert again["status"] == "ok" and not {s["name"] for s in again["skipped"]}, again
+        assert again["status"] == "ok", again
+        assert not {s["name"] for s in again["skipped"]}, again
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -144,13 +141,17 @@ def test_round_trip_with_the_magic(mode, tmp_path):
     with checkpoint_kernel(mode, tmp_path) as (km, kc):
         ok(kc, SETUP)
         out = ok(kc, "%checkpoint save first")["stdout"]
-        assert "saved" in out and "'first'" in out and "lock: not saved: unpicklable" in out
+        assert "saved" in out
+        assert "'first'" in out
+        assert "lock: not saved: unpicklable" in out
         listing = ok(kc, "%checkpoint list")["stdout"]
         assert "* first" in listing
         restart(km, kc, now=False)  # the polite restart: shutdown_request(restart=True), then a new process
         ok(kc, "square = 'something else'")
         out = ok(kc, "%checkpoint restore")["stdout"]
-        assert out.startswith("restored ") and "from checkpoint 'first'" in out and "skipped 2" in out
+        assert out.startswith("restored ")
+        assert "from checkpoint 'first'" in out
+        assert "skipped 2" in out
         assert "state ok" in ok(kc, CHECK)["stdout"]
         assert "dropped checkpoint 'first'" in ok(kc, "%checkpoint drop first")["stdout"]
         assert "no checkpoints" in ok(kc, "%checkpoint list")["stdout"]
@@ -174,7 +175,9 @@ def test_directory_is_per_kernel_owner_only_and_stable_across_restart(tmp_path):
                 assert stat.S_IMODE(os.stat(os.path.join(where, f)).st_mode) == 0o600, f
     with checkpoint_kernel("main", tmp_path) as (km, kc):
         other = checkpoint_request(kc, "list")
-        assert other["directory"] != directory and other["checkpoints"] == []  # another kernel, another directory
+        # Another kernel, another directory
+        assert other["directory"] != directory
+        assert other["checkpoints"] == []
 
 
 SLOW = """
@@ -252,10 +255,12 @@ def test_untrusted_checkpoint_is_refused(how, tmp_path):
         refused = checkpoint_request(kc, "restore")
         assert refused["status"] == "error"
         assert refused["ename"] == "UntrustedCheckpoint"
-        assert "refusing to restore" in refused["evalue"] and manifest in refused["evalue"]
+        assert "refusing to restore" in refused["evalue"]
+        assert manifest in refused["evalue"]
         assert ("writable by group" if how == "group-writable" else "uid 65534") in refused["evalue"]
         cell = run(kc, "%checkpoint restore")
-        assert cell["reply"]["content"]["status"] == "error" and cell["error"]["ename"] == "UntrustedCheckpoint"
+        assert cell["reply"]["content"]["status"] == "error"
+        assert cell["error"]["ename"] == "UntrustedCheckpoint"
         assert len(cell["error"]["traceback"]) == 1  # the reason, not a traceback through the checkpoint code
         assert run(kc, "a")["error"]["ename"] == "NameError"
 
@@ -263,7 +268,9 @@ def test_untrusted_checkpoint_is_refused(how, tmp_path):
 @contextlib.contextmanager
 def small_filesystem(path: Any, size: str) -> Iterator[str]:
     os.makedirs(path)
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)], capture_output=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)], capture_output=True
+    )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs to fill up: {mounted.stderr.decode().strip()}")
     try:
@@ -273,23 +280,28 @@ def small_filesystem(path: Any, size: str) -> Iterator[str]:
 
 
 def test_full_disk_fails_the_save_cleanly(tmp_path):
-    with small_filesystem(tmp_path / "small-disk", "4m") as disk:
-        with checkpoint_kernel("main", tmp_path, extra_arguments=[f"--CheckpointSettings.directory={disk}"]) as (km, kc):
-            ok(kc, "a = 1\nb = bytes(1_000_000)")
-            assert checkpoint_request(kc, "save")["status"] == "ok"
-            ok(kc, "a = 2\nb = bytes(8_000_000)")
-            cell = run(kc, "%checkpoint save")
-            assert cell["reply"]["content"]["status"] == "error"
-            assert cell["error"]["ename"] == "CheckpointWriteError"
-            assert "No space left on device" in cell["error"]["evalue"]
-            assert "previous checkpoint 'default' is intact" in cell["error"]["evalue"]
-            reply = checkpoint_request(kc, "save")
-            assert reply["status"] == "error" and reply["ename"] == "CheckpointWriteError"
-            restart(km, kc)
-            restored = checkpoint_request(kc, "restore")
-            assert restored["status"] == "ok" and sorted(restored["restored"]) == ["a", "b"]
-            ok(kc, "assert a == 1 and len(b) == 1_000_000")
-            assert sorted(os.listdir(os.path.join(disk, "default")))[0] != ".manifest.json.tmp"  # nothing half-written left
+    with (
+        small_filesystem(tmp_path / "small-disk", "4m") as disk,
+        checkpoint_kernel("main", tmp_path, extra_arguments=[f"--CheckpointSettings.directory={disk}"]) as (km, kc),
+    ):
+        ok(kc, "a = 1\nb = bytes(1_000_000)")
+        assert checkpoint_request(kc, "save")["status"] == "ok"
+        ok(kc, "a = 2\nb = bytes(8_000_000)")
+        cell = run(kc, "%checkpoint save")
+        assert cell["reply"]["content"]["status"] == "error"
+        assert cell["error"]["ename"] == "CheckpointWriteError"
+        assert "No space left on device" in cell["error"]["evalue"]
+        assert "previous checkpoint 'default' is intact" in cell["error"]["evalue"]
+        reply = checkpoint_request(kc, "save")
+        assert reply["status"] == "error"
+        assert reply["ename"] == "CheckpointWriteError"
+        restart(km, kc)
+        restored = checkpoint_request(kc, "restore")
+        assert restored["status"] == "ok"
+        assert sorted(restored["restored"]) == ["a", "b"]
+        ok(kc, "assert a == 1 and len(b) == 1_000_000")
+        # Nothing half-written left
+        assert sorted(os.listdir(os.path.join(disk, "default")))[0] != ".manifest.json.tmp"
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -300,7 +312,9 @@ def test_checkpoint_before_a_cell_marked_risky(mode, tmp_path):
         assert checkpoint_request(kc, "list")["checkpoints"] == []
         reply = ok(kc, "x = 3", metadata={"cancelkernel": {"checkpoint": "before"}})["reply"]
         before = reply["metadata"]["cancelkernel"]["checkpoint"]["before"]
-        assert before["status"] == "ok" and before["name"] == "before" and before["names"] == 1
+        assert before["status"] == "ok"
+        assert before["name"] == "before"
+        assert before["names"] == 1
         listed = checkpoint_request(kc, "list")
         assert [c["name"] for c in listed["checkpoints"]] == ["before"]
         restart(km, kc)
@@ -309,7 +323,7 @@ def test_checkpoint_before_a_cell_marked_risky(mode, tmp_path):
 
 
 def test_checkpoint_before_a_budget_cell(tmp_path):
-    with checkpoint_kernel("main", tmp_path) as (km, kc):
+    with checkpoint_kernel("main", tmp_path) as (_km, kc):
         ok(kc, "x = 1")
         ok(kc, "%%budget wall=60 checkpoint=before\nx = 2")
         ok(kc, "%checkpoint restore before")
@@ -326,28 +340,37 @@ def test_autosave_after_successful_cells(mode, tmp_path):
         ok(kc, "big = bytes(10_000_000)")  # over autosave_limit: skipped quietly, the old one stays
         restart(km, kc)
         restored = checkpoint_request(kc, "restore")
-        assert restored["name"] == "autosave" and restored["restored"] == ["x"]
+        assert restored["name"] == "autosave"
+        assert restored["restored"] == ["x"]
         ok(kc, "assert x == 1")
 
 
 def test_autosave_is_off_by_default(tmp_path):
-    with checkpoint_kernel("main", tmp_path) as (km, kc):
+    with checkpoint_kernel("main", tmp_path) as (_km, kc):
         ok(kc, "x = 1")
         assert checkpoint_request(kc, "list")["checkpoints"] == []
 
 
 def test_bad_requests_get_clear_errors(tmp_path):
-    with checkpoint_kernel("main", tmp_path) as (km, kc):
+    with checkpoint_kernel("main", tmp_path) as (_km, kc):
         bad = checkpoint_request(kc, "explode")
-        assert bad["status"] == "error" and bad["ename"] == "ValueError" and "save, restore, list, drop" in bad["evalue"]
+        assert bad["status"] == "error"
+        assert bad["ename"] == "ValueError"
+        assert "save, restore, list, drop" in bad["evalue"]
         bad = checkpoint_request(kc, "save", "../escape")
-        assert bad["status"] == "error" and bad["ename"] == "BadCheckpointName" and "path separator" in bad["evalue"]
+        assert bad["status"] == "error"
+        assert bad["ename"] == "BadCheckpointName"
+        assert "path separator" in bad["evalue"]
         bad = checkpoint_request(kc, "drop")
-        assert bad["status"] == "error" and "needs the 'name'" in bad["evalue"]
+        assert bad["status"] == "error"
+        assert "needs the 'name'" in bad["evalue"]
         bad = checkpoint_request(kc, "restore")
-        assert bad["status"] == "error" and bad["ename"] == "CheckpointNotFound" and "save one first" in bad["evalue"]
+        assert bad["status"] == "error"
+        assert bad["ename"] == "CheckpointNotFound"
+        assert "save one first" in bad["evalue"]
         bad = checkpoint_request(kc, "restore", "nope")
-        assert bad["status"] == "error" and bad["ename"] == "CheckpointNotFound"
+        assert bad["status"] == "error"
+        assert bad["ename"] == "CheckpointNotFound"
         assert not os.path.exists(os.path.join(str(tmp_path), "cancelkernel-checkpoints", "escape"))
 
 
@@ -362,7 +385,7 @@ USAGE_ERRORS = [
 
 
 def test_magic_usage_errors(tmp_path):
-    with checkpoint_kernel("main", tmp_path) as (km, kc):
+    with checkpoint_kernel("main", tmp_path) as (_km, kc):
         for line, message in USAGE_ERRORS:
             cell = run(kc, line)
             assert cell["reply"]["content"]["status"] == "error", line
@@ -381,7 +404,8 @@ def test_restore_on_start_after_restart_kernel(mode, tmp_path):
         restart(km, kc)
         back = ok(kc, "print(x)")
         said = back["stdout"]
-        assert said.startswith("restore_on_start: restored 2 names from checkpoint 'autosave'") and said.endswith("\n42\n"), said
+        assert said.startswith("restore_on_start: restored 2 names from checkpoint 'autosave'"), said
+        assert said.endswith("\n42\n"), said
         assert "lock: not saved: unpicklable" in said  # and what was not restored
         assert ok(kc, "print(x)")["stdout"] == "42\n"  # once only
 
@@ -399,7 +423,54 @@ def test_restore_on_start_names_a_checkpoint_and_says_when_it_is_missing(tmp_pat
 
 def test_restore_on_start_refuses_a_bad_value(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "cancelkernel", "kernel", "--CheckpointSettings.restore_on_start=../x", "-f", str(tmp_path / "k.json")],
-        capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "cancelkernel",
+            "kernel",
+            "--CheckpointSettings.restore_on_start=../x",
+            "-f",
+            str(tmp_path / "k.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
-    assert proc.returncode != 0 and "restore_on_start must be 'off', 'latest' or a checkpoint name" in proc.stderr
+    assert proc.returncode != 0
+    assert "restore_on_start must be 'off', 'latest' or a checkpoint name" in proc.stderr
+
+
+def _resident(pid: int) -> int:
+    with open(f"/proc/{pid}/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the kernel's /proc/<pid>/statm")
+def test_memory_prepared_ahead_is_held_filled_by_the_restore_and_given_back_by_a_cell(tmp_path):
+    size = 64 << 20  # past glibc's mmap threshold, and HUGE_MIN: prepared
+    with checkpoint_kernel("main", tmp_path) as (km, kc):
+        ok(kc, f"import os, hashlib\nblob = bytearray(os.urandom({size}))\ndigest = hashlib.sha256(blob).hexdigest()")
+        assert checkpoint_request(kc, "save")["status"] == "ok"
+        restart(km, kc)  # a fresh kernel on the same checkpoints, as the agent's warm spare is
+        pid = km.provisioner.pid
+        before = _resident(pid)
+        prepared = checkpoint_request(kc, "prepare")
+        assert prepared["status"] == "ok", prepared
+        assert prepared["prepared"] == size, prepared
+        assert "MB of memory faulted in" in prepared["summary"]
+        assert _resident(pid) - before >= size * 0.9  # memory prepared ahead is memory the kernel holds
+        restored = checkpoint_request(kc, "restore")
+        assert restored["status"] == "ok", restored
+        assert {"blob", "digest", "os", "hashlib"} <= set(restored["restored"]), restored
+        out = ok(kc, "print(type(blob).__name__, len(blob), hashlib.sha256(blob).hexdigest() == digest)")
+        assert out["stdout"] == f"bytearray {size} True\n"
+        # Prepared again, then a cell runs instead of a restore: the memory is given back before the cell.
+        with_blob = _resident(pid)
+        assert checkpoint_request(kc, "prepare")["prepared"] == size
+        assert _resident(pid) - with_blob >= size * 0.9
+        ok(kc, "x = 1")
+        assert _resident(pid) - with_blob < size * 0.5
+        # The restored bytearray is the kernel's own: dropping the checkpoint leaves it whole and writable.
+        assert checkpoint_request(kc, "drop", "default")["status"] == "ok"
+        out = ok(kc, "blob[0] ^= 1; blob[0] ^= 1\nprint(hashlib.sha256(blob).hexdigest() == digest)")
+        assert out["stdout"] == "True\n"

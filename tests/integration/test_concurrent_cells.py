@@ -64,7 +64,8 @@ def _collect(kc, msg_ids: set[str]) -> tuple[dict[str, dict], dict[str, list[dic
 
 @pytest.mark.parametrize("mode", MODES)
 def test_cells_on_two_shells_keep_their_own_state(mode: str) -> None:
-    """300 cells, two at a time (parent shell + subshell): own value, own number, one execute_result each; patches intact."""
+    """300 cells, two at a time (parent shell + subshell): own value, own number,
+    one execute_result each; patches intact."""
     rng = random.Random(20261201)
     with running_kernel(mode) as (_, kc):
         subshell = create_subshell(kc)
@@ -85,12 +86,19 @@ def test_cells_on_two_shells_keep_their_own_state(mode: str) -> None:
             replies, iopub = _collect(kc, sent)
             for msg_id in sent:
                 content = replies[msg_id]["content"]
-                assert content["status"] == "ok", f"cell {expected[msg_id]}: {content.get('ename')}: {content.get('evalue')}"
+                assert content["status"] == "ok", (
+                    f"cell {expected[msg_id]}: {content.get('ename')}: {content.get('evalue')}"
+                )
                 results = [m for m in iopub[msg_id] if m["msg_type"] == "execute_result"]
                 assert len(results) == 1, f"cell {expected[msg_id]} got {len(results)} execute_results"
                 data = results[0]["content"]
-                assert data["data"]["text/plain"] == str(expected[msg_id]), f"cell {expected[msg_id]} showed another cell's value"
-                assert data["execution_count"] == content["execution_count"], (data["execution_count"], content["execution_count"])
+                assert data["data"]["text/plain"] == str(expected[msg_id]), (
+                    f"cell {expected[msg_id]} showed another cell's value"
+                )
+                assert data["execution_count"] == content["execution_count"], (
+                    data["execution_count"],
+                    content["execution_count"],
+                )
                 if stored[msg_id]:
                     stored[msg_id] = content["execution_count"]
         numbers = [n for n in stored.values() if n is not False]

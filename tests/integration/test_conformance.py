@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import typing as t
 import unittest
 
 import jupyter_kernel_test as jkt
@@ -28,22 +29,22 @@ class _CancelKernelTests(jkt.KernelTests):
     code_hello_world = "print('hello, world')"
     code_stderr = "import sys; print('test', file=sys.stderr)"
 
-    completion_samples = [
+    completion_samples: t.ClassVar[list] = [
         {"text": "zi", "matches": {"zip"}},
         {"text": "import itertoo", "matches": {"itertools"}},
     ]
-    complete_code_samples = ["1", "print('hello, world')", "def f(x):\n  return x*2\n\n"]
-    incomplete_code_samples = ["print('''hello", "def f(x):\n  x*2"]
-    invalid_code_samples = ["import = 7q"]
+    complete_code_samples: t.ClassVar[list] = ["1", "print('hello, world')", "def f(x):\n  return x*2\n\n"]
+    incomplete_code_samples: t.ClassVar[list] = ["print('''hello", "def f(x):\n  x*2"]
+    invalid_code_samples: t.ClassVar[list] = ["import = 7q"]
 
     code_page_something = "zip?"
     code_generate_error = "raise ValueError('conformance')"
-    code_execute_result = [
+    code_execute_result: t.ClassVar[list] = [
         {"code": "1+2+3", "result": "6"},
         {"code": "[n*n for n in range(1, 4)]", "result": "[1, 4, 9]"},
         {"code": "from IPython.display import HTML; HTML('<b>bold</b>')", "mime": "text/html", "result": "<b>bold</b>"},
     ]
-    code_display_data = [
+    code_display_data: t.ClassVar[list] = [
         {"code": "from IPython.display import HTML, display; display(HTML('<b>test</b>'))", "mime": "text/html"},
         {"code": "from IPython.display import Math, display; display(Math('\\\\frac{1}{2}'))", "mime": "text/latex"},
     ]
@@ -66,8 +67,8 @@ class _CancelKernelTests(jkt.KernelTests):
         while reply["parent_header"].get("msg_id") != msg_id:
             reply = self.kc.get_shell_msg(timeout=jkt.TIMEOUT)
         jkt.validate_message(reply, "kernel_info_reply", msg_id)
-        self.assertIn("cancelkernel", reply["content"]["supported_features"])
-        self.assertEqual(reply["content"]["cancelkernel"]["exec_thread"], self.exec_thread)
+        assert "cancelkernel" in reply["content"]["supported_features"]
+        assert reply["content"]["cancelkernel"]["exec_thread"] == self.exec_thread
 
     @classmethod
     def setUpClass(cls) -> None:

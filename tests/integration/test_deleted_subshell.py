@@ -10,7 +10,15 @@ from __future__ import annotations
 
 import pytest
 
-from cancelkernel.testing import MODES, control_request, create_subshell, running_kernel, send_execute, wait_idle, wait_reply
+from cancelkernel.testing import (
+    MODES,
+    control_request,
+    create_subshell,
+    running_kernel,
+    send_execute,
+    wait_idle,
+    wait_reply,
+)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -21,7 +29,8 @@ def test_requests_for_a_deleted_subshell_are_answered(mode: str) -> None:
 
         msg_id = send_execute(kc, "a = 1", subshell_id=sub)
         reply = wait_reply(kc, msg_id)["content"]
-        assert reply["status"] == "error" and reply["ename"] == "UnknownSubshellError", reply
+        assert reply["status"] == "error", reply
+        assert reply["ename"] == "UnknownSubshellError", reply
         assert reply["evalue"] == f"Unknown subshell_id {sub!r}", reply
         wait_idle(kc, msg_id)
 

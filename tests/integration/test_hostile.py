@@ -16,17 +16,53 @@ import random
 import time
 
 import pytest
+from helpers import GRACE_ARGS, value_of
 from jupyter_client.session import Session
 
-from cancelkernel.testing import MODES, FileFlag, control_request, create_subshell, execute, interrupt, running_kernel, send_execute, wait_reply, wait_running
+from cancelkernel.testing import (
+    MODES,
+    FileFlag,
+    cancel_status,
+    create_subshell,
+    execute,
+    interrupt,
+    running_kernel,
+    send_execute,
+    wait_reply,
+    wait_running,
+)
 
 SEED = int(os.environ.get("CANCELKERNEL_FUZZ_SEED", "20261201"))
 MESSAGES = 2000
 
 # Values of every JSON type (and a few Python-only ones jupyter_client turns into JSON).
 VALUES: list[object] = [
-    None, True, False, 0, -1, 1.5, 1e12, 1e308, -1e308, 2**70, "", " ", "x", "30s", "1e400", "-5", "nan", "inf",
-    [], [1, "a"], {}, {"a": 1}, {"target": 1}, "\u0000", "é" * 300, "a" * 5000,
+    None,
+    True,
+    False,
+    0,
+    -1,
+    1.5,
+    1e12,
+    1e308,
+    -1e308,
+    2**70,
+    "",
+    " ",
+    "x",
+    "30s",
+    "1e400",
+    "-5",
+    "nan",
+    "inf",
+    [],
+    [1, "a"],
+    {},
+    {"a": 1},
+    {"target": 1},
+    "\u0000",
+    "é" * 300,
+    "a" * 5000,
 ]
 
 
@@ -95,12 +131,16 @@ def send_one(kc, rng: random.Random, expected: Expected) -> None:
     elif kind < 0.55:
         expected.control.add(send_message(kc, kc.control_channel, "cancel_status_request", control_content(rng)))
     elif kind < 0.65:
-        content = rng.choice([{"action": rng.choice(VALUES), "name": rng.choice(VALUES)}, {"action": "list"}, rng.choice(VALUES)])
+        content = rng.choice(
+            [{"action": rng.choice(VALUES), "name": rng.choice(VALUES)}, {"action": "list"}, rng.choice(VALUES)]
+        )
         expected.shell.add(send_message(kc, kc.shell_channel, "checkpoint_request", content))
     elif kind < 0.75:
         # Unknown types: stock behaviour is no reply at all; they must simply do no harm.
         channel = rng.choice([kc.shell_channel, kc.control_channel])
-        channel.send(kc.session.msg(rng.choice(["bogus_request", "execute_reply", "", "x" * 200]), {"a": rng.choice(VALUES)}))
+        channel.send(
+            kc.session.msg(rng.choice(["bogus_request", "execute_reply", "", "x" * 200]), {"a": rng.choice(VALUES)})
+        )
     else:
         socket = rng.choice([kc.shell_channel.socket, kc.control_channel.socket])
         socket.send_multipart(raw_frames(kc, rng))
@@ -138,12 +178,15 @@ while not os.path.exists({gate!r}):
 def test_hostile_messages_cost_nothing(mode: str, busy: bool) -> None:
     """The fuzz, on an idle kernel and while two cells run at once (the parent shell's and a subshell's)."""
     rng = random.Random(SEED)
-    with running_kernel(mode, extra_arguments=["--CancelKernel.interrupt_grace=0.5"]) as (km, kc):
+    with running_kernel(mode, extra_arguments=GRACE_ARGS) as (km, kc):
         assert execute(kc, "x = 42\nhostile_cells = 0")["content"]["status"] == "ok"
         gate, running = FileFlag("hostile-gate"), []
         if busy:
             sub = create_subshell(kc)
-            running = [send_execute(kc, RESILIENT.format(name=name, gate=gate.path), subshell_id=shell) for name, shell in (("main", None), ("sub", sub))]
+            running = [
+                send_execute(kc, RESILIENT.format(name=name, gate=gate.path), subshell_id=shell)
+                for name, shell in (("main", None), ("sub", sub))
+            ]
             for msg_id in running:
                 wait_running(kc, msg_id)
         expected = Expected()
@@ -163,13 +206,13 @@ def test_hostile_messages_cost_nothing(mode: str, busy: bool) -> None:
             content = expected.replies[msg_id]["content"]
             assert content["status"] == "ok" or content["ename"] == "KeyboardInterrupt", content
         assert km.is_alive()
-        state = execute(kc, "", user_expressions={"x": "x", "ran": "'hostile_ran' in dir()"})["content"]["user_expressions"]
-        assert state["x"]["data"]["text/plain"] == "42" and state["ran"]["data"]["text/plain"] == "False"
+        assert value_of(kc, "x") == "42"
+        assert value_of(kc, "'hostile_ran' in dir()") == "False"
         runaway = send_execute(kc, "while True:\n    pass")
         wait_running(kc, runaway, at="while True:")
         assert interrupt(kc, runaway)["interrupted"] is True
         assert wait_reply(kc, runaway)["content"]["ename"] == "KeyboardInterrupt"
-        assert control_request(kc, "cancel_status_request")["content"]["executions"] == []
+        assert cancel_status(kc)["executions"] == []
 
 
 UNARMABLE = [1e12, 1e308, "1e12", 2**70, "Infinity", "inf", -3, "soon", [], {}, True]
@@ -179,9 +222,12 @@ UNARMABLE = [1e12, 1e308, "1e12", 2**70, "Infinity", "inf", -3, "soon", [], {}, 
 def test_a_budget_that_cannot_be_armed_is_refused_with_a_reply(mode: str) -> None:
     with running_kernel(mode) as (_, kc):
         for value in UNARMABLE:
-            reply = wait_reply(kc, send_execute(kc, "ran = True", metadata={"cancelkernel": {"wall_budget": value}}), timeout=10)
-            assert reply["content"]["ename"] == "BudgetError" and "not run" in reply["content"]["evalue"], value
+            reply = wait_reply(
+                kc, send_execute(kc, "ran = True", metadata={"cancelkernel": {"wall_budget": value}}), timeout=10
+            )
+            assert reply["content"]["ename"] == "BudgetError", value
+            assert "not run" in reply["content"]["evalue"], value
             text = value if isinstance(value, str) else json.dumps(value)
             magic = execute(kc, f"%%budget quiet={text}\nran = True", timeout=10)
             assert magic["content"]["ename"] == "BudgetError", (value, magic["content"])
-        assert execute(kc, "", user_expressions={"ran": "'ran' in dir()"})["content"]["user_expressions"]["ran"]["data"]["text/plain"] == "False"
+        assert value_of(kc, "'ran' in dir()") == "False"

@@ -19,7 +19,15 @@ import signal
 import time
 
 import pytest
-from runaway_helpers import GRACE_ARGS, no_reply_within, send_interrupt, start_runaway, user_expr, wait_until
+from helpers import (
+    GRACE_ARGS,
+    assert_interrupted,
+    execute_replies,
+    no_reply_within,
+    send_interrupt,
+    start_runaway,
+    value_of,
+)
 
 from cancelkernel.testing import (
     MODES,
@@ -34,28 +42,14 @@ from cancelkernel.testing import (
     wait_no_abandoned_threads,
     wait_reply,
     wait_running,
+    wait_until,
 )
 
 BUSY = "while True: pass"
-
-
-def collect_replies(kc, msg_ids: list[str], *, timeout: float = REPLY_TIMEOUT) -> dict[str, list[dict]]:
-    """All execute_replies to `msg_ids` (keeping duplicates), waiting until each has one."""
-    replies: dict[str, list[dict]] = {m: [] for m in msg_ids}
-    deadline = time.monotonic() + timeout
-    while any(not r for r in replies.values()):
-        left = deadline - time.monotonic()
-        if left <= 0:
-            missing = [m for m, r in replies.items() if not r]
-            raise TimeoutError(f"no execute_reply for {missing} within {timeout} s")
-        try:
-            msg = kc.shell_channel.get_msg(timeout=left)
-        except queue.Empty:
-            continue
-        parent = msg["parent_header"].get("msg_id")
-        if parent in replies:
-            replies[parent].append(msg)
-    return replies
+# A kernel that abandons a blocked exec thread quickly, with the modules the tests' cells use imported.
+QUICK = pytest.mark.kernel_options(*GRACE_ARGS, setup="import os, signal, subprocess, sys, threading, time")
+# A history database of its own: IPython's exit waits seconds on one locked by other kernels.
+OWN_IPYTHON_DIR = pytest.mark.kernel_options(own_ipython_dir=True)
 
 
 def control_reply(kc, request_id: str, *, timeout: float = REPLY_TIMEOUT) -> dict:
@@ -69,29 +63,17 @@ def control_reply(kc, request_id: str, *, timeout: float = REPLY_TIMEOUT) -> dic
             return msg
 
 
-def assert_interrupted(reply: dict, msg_id: str, reason: str = "request") -> None:
-    content, meta = reply["content"], reply["metadata"]["cancelkernel"]
-    assert content["status"] == "error" and content["ename"] == "KeyboardInterrupt", content
-    assert meta["msg_id"] == msg_id and meta["interrupted"] is True and meta["reason"] == reason, meta
-
-
 def assert_still_running(kc, msg_id: str, seconds: float = 0.5) -> None:
-    assert no_reply_within(kc.shell_channel, msg_id, seconds), f"cell {msg_id} stopped, but nothing should have stopped it"
-
-
-@pytest.fixture
-def quick_kernel(mode: str):
-    """A kernel of `mode` with a short interrupt_grace and the usual modules imported."""
-    with running_kernel(mode, extra_arguments=GRACE_ARGS) as (km, kc):
-        assert execute(kc, "import os, signal, subprocess, sys, threading, time")["content"]["status"] == "ok"
-        yield km, kc
+    assert no_reply_within(kc.shell_channel, msg_id, seconds), (
+        f"cell {msg_id} stopped, but nothing should have stopped it"
+    )
 
 
 # -- interrupt_request ------------------------------------------------------------------
 
 
 def test_targeted_interrupt_hits_the_running_execution(kernel) -> None:
-    km, kc = kernel
+    _km, kc = kernel
     msg_id = kc.execute(BUSY, stop_on_error=False)
     wait_running(kc, msg_id, at=BUSY)
     reply_to_interrupt = interrupt(kc, msg_id)
@@ -104,7 +86,7 @@ def test_targeted_interrupt_hits_the_running_execution(kernel) -> None:
 
 def test_interrupt_targeted_at_an_ended_execution_does_nothing(kernel) -> None:
     """A target that already ended: interrupted=false, and the cell that runs now is untouched."""
-    km, kc = kernel
+    _km, kc = kernel
     ended = kc.execute("first = 1")
     assert wait_reply(kc, ended)["content"]["status"] == "ok"
     gate = FileFlag("go")  # the running cell goes on when the test says so
@@ -118,15 +100,16 @@ def test_interrupt_targeted_at_an_ended_execution_does_nothing(kernel) -> None:
     reply = wait_reply(kc, running)
     assert reply["content"]["status"] == "ok", reply["content"]
     assert reply["metadata"]["cancelkernel"]["interrupted"] is False
-    assert user_expr(kc, "second") == "2"
+    assert value_of(kc, "second") == "2"
 
 
 def test_unknown_target_does_nothing(kernel) -> None:
-    km, kc = kernel
+    _km, kc = kernel
     msg_id = kc.execute(BUSY, stop_on_error=False)
     wait_running(kc, msg_id, at=BUSY)
     reply_to_interrupt = interrupt(kc, "no-such-execute-request")
-    assert reply_to_interrupt["status"] == "ok" and reply_to_interrupt["interrupted"] is False, reply_to_interrupt
+    assert reply_to_interrupt["status"] == "ok", reply_to_interrupt
+    assert reply_to_interrupt["interrupted"] is False, reply_to_interrupt
     assert_still_running(kc, msg_id)
     assert interrupt(kc, msg_id)["interrupted"] is True
     assert_interrupted(wait_reply(kc, msg_id), msg_id)
@@ -134,39 +117,44 @@ def test_unknown_target_does_nothing(kernel) -> None:
 
 def test_interrupt_targeted_at_a_queued_cell_spares_the_running_one(kernel) -> None:
     """A cell that has not started yet is cancelled before it runs (test_pending.py); the one running goes on."""
-    km, kc = kernel
+    _km, kc = kernel
     gate = FileFlag("go")  # the running cell goes on when the test says so
     running = kc.execute(f"{gate.wait_code}\nfirst = 1", stop_on_error=False)
     queued = kc.execute("second = first + 1", stop_on_error=False)
     wait_running(kc, running, at=gate.wait_code)
     reply_to_interrupt = interrupt(kc, queued)
-    assert reply_to_interrupt["status"] == "ok" and reply_to_interrupt["interrupted"] is False, reply_to_interrupt
-    assert reply_to_interrupt["pending"] is True and reply_to_interrupt["running"] == running, reply_to_interrupt
+    assert reply_to_interrupt["status"] == "ok", reply_to_interrupt
+    assert reply_to_interrupt["interrupted"] is False, reply_to_interrupt
+    assert reply_to_interrupt["pending"] is True, reply_to_interrupt
+    assert reply_to_interrupt["running"] == running, reply_to_interrupt
     gate.set()
-    replies = collect_replies(kc, [running, queued])
-    assert replies[running][0]["content"]["status"] == "ok", replies[running][0]["content"]
-    assert replies[queued][0]["metadata"]["cancelkernel"]["before_start"] is True
-    assert user_expr(kc, "first") == "1" and user_expr(kc, "'second' in dir()") == "False"
+    replies = execute_replies(kc, [running, queued])
+    assert replies[running]["content"]["status"] == "ok", replies[running]["content"]
+    assert replies[queued]["metadata"]["cancelkernel"]["before_start"] is True
+    assert value_of(kc, "first") == "1"
+    assert value_of(kc, "'second' in dir()") == "False"
 
 
 def test_untargeted_interrupt_hits_whatever_runs(kernel) -> None:
     """Empty content (what JupyterLab sends) interrupts the running cell, and the reply names it."""
-    km, kc = kernel
+    _km, kc = kernel
     msg_id = kc.execute(BUSY, stop_on_error=False)
     wait_running(kc, msg_id, at=BUSY)
     reply_to_interrupt = interrupt(kc)
     assert reply_to_interrupt["status"] == "ok"
-    assert reply_to_interrupt["interrupted"] is True and reply_to_interrupt["execution"] == msg_id, reply_to_interrupt
+    assert reply_to_interrupt["interrupted"] is True, reply_to_interrupt
+    assert reply_to_interrupt["execution"] == msg_id, reply_to_interrupt
     assert_interrupted(wait_reply(kc, msg_id), msg_id)
     assert execute(kc, "after = 1")["content"]["status"] == "ok"
 
 
 def test_interrupt_while_idle_does_nothing(kernel) -> None:
-    km, kc = kernel
+    _km, kc = kernel
     for target in (None, "no-such-execute-request"):
         reply_to_interrupt = interrupt(kc, target)
         assert reply_to_interrupt["status"] == "ok", reply_to_interrupt
-        assert reply_to_interrupt["interrupted"] is False and reply_to_interrupt["execution"] is None, reply_to_interrupt
+        assert reply_to_interrupt["interrupted"] is False, reply_to_interrupt
+        assert reply_to_interrupt["execution"] is None, reply_to_interrupt
     # The next cell runs long enough for a stray interrupt to land in it, and must not get one.
     reply = execute(kc, "import time\ntime.sleep(0.5)\nidle_ok = True")
     assert reply["content"]["status"] == "ok", reply["content"]
@@ -184,7 +172,8 @@ def test_malformed_target_is_a_clear_error(mode: str) -> None:
             content = control_request(kc, "interrupt_request", {"target": bad})["content"]
             assert content["status"] == "error", (bad, content)
             assert content["ename"] == "ValueError", (bad, content)
-            assert "target" in content["evalue"] and "msg_id" in content["evalue"], (bad, content)
+            assert "target" in content["evalue"], (bad, content)
+            assert "msg_id" in content["evalue"], (bad, content)
             assert content.get("interrupted") is False, (bad, content)
         assert_still_running(kc, msg_id)
         assert km.is_alive()
@@ -197,7 +186,7 @@ def test_malformed_target_is_a_clear_error(mode: str) -> None:
 def test_interrupt_never_lands_in_a_later_cell(mode: str) -> None:
     """Interrupts aimed at a short cell just as (or just after) it ends never reach the next cell."""
     rng = random.Random(1729)
-    with running_kernel(mode) as (km, kc):
+    with running_kernel(mode) as (_km, kc):
         assert execute(kc, "import time\nlater_ok = 0")["content"]["status"] == "ok"
         later_ok = 0
         for round_ in range(30):
@@ -210,15 +199,15 @@ def test_interrupt_never_lands_in_a_later_cell(mode: str) -> None:
                 interrupt_id = send_interrupt(kc, short)  # racing with its end
             later = kc.execute("time.sleep(0.03)\nlater_ok += 1", stop_on_error=False)
             hit = control_reply(kc, interrupt_id)["content"]
-            replies = collect_replies(kc, [short, later] if round_ % 3 else [later])
+            replies = execute_replies(kc, [short, later] if round_ % 3 else [later])
             assert hit["status"] == "ok", hit
             assert hit["execution"] in (short, None), f"an interrupt for {short} hit {hit['execution']}"
-            assert replies[later][0]["content"]["status"] == "ok", (round_, replies[later][0]["content"])
+            assert replies[later]["content"]["status"] == "ok", (round_, replies[later]["content"])
             later_ok += 1
-            if short in replies and replies[short][0]["content"]["status"] != "ok":
+            if short in replies and replies[short]["content"]["status"] != "ok":
                 # Hit while it ran, or named before it started (then it never ran).
-                assert hit["interrupted"] is True or hit["pending"] is True, (round_, hit, replies[short][0]["content"])
-        assert user_expr(kc, "later_ok") == str(later_ok)
+                assert hit["interrupted"] is True or hit["pending"] is True, (round_, hit, replies[short]["content"])
+        assert value_of(kc, "later_ok") == str(later_ok)
 
 
 # Run in the kernel: `_abort_queues`, which stock runs right after sending an error reply, starts 0.3 s late.
@@ -256,7 +245,7 @@ def test_cell_sent_after_an_interrupted_reply_is_not_aborted(mode: str) -> None:
     shell channel thread, which then cannot route the next request either;
     measured so, 1 to 4 rounds of 5 failed without the fix.)
     """
-    with running_kernel(mode, extra_arguments=GRACE_ARGS) as (km, kc):
+    with running_kernel(mode, extra_arguments=GRACE_ARGS) as (_km, kc):
         assert execute(kc, LATE_ABORT_QUEUES)["content"]["status"] == "ok"
         statuses = []
         for _ in range(5):
@@ -275,7 +264,7 @@ def test_a_cell_that_catches_its_interrupt_carries_on(kernel) -> None:
     followed by statements that save the work.  The later top-level statements
     must run; the cell ends ok.
     """
-    km, kc = kernel
+    _km, kc = kernel
     code = (
         "import time\n"
         "caught = False\n"
@@ -292,25 +281,26 @@ def test_a_cell_that_catches_its_interrupt_carries_on(kernel) -> None:
     wait_running(kc, msg_id, at="while True:")  # in the loop, inside the try (a loop's back jump is its `while` line)
     assert interrupt(kc, msg_id)["interrupted"] is True
     reply = wait_reply(kc, msg_id)
-    assert user_expr(kc, "caught") == "True"
-    saved = user_expr(kc, "globals().get('saved')")
+    assert value_of(kc, "caught") == "True"
+    saved = value_of(kc, "globals().get('saved')")
     assert reply["content"]["status"] == "ok", (
         f"{reply['content'].get('ename')}: {reply['content'].get('evalue')} "
         f"(saved={saved}, interrupts_sent={reply['metadata']['cancelkernel']['interrupts_sent']})"
     )
-    assert user_expr(kc, "saved") == repr("work saved")
-    assert user_expr(kc, "finished") == "True"
+    assert value_of(kc, "saved") == repr("work saved")
+    assert value_of(kc, "finished") == "True"
     assert execute(kc, "time.sleep(0.3)\nnext_ok = 1")["content"]["status"] == "ok"
 
 
+@QUICK
 @pytest.mark.parametrize("runaway", ["await asyncio.sleep(10**6)", BUSY, "time.sleep(10**6)"])
-def test_interrupt_spares_asyncio_tasks_of_earlier_cells(quick_kernel, mode: str, runaway: str) -> None:
+def test_interrupt_spares_asyncio_tasks_of_earlier_cells(kernel, runaway: str) -> None:
     """A task an earlier cell started is not the interrupted execution: it keeps running.
 
     (Not for the calls that make worker mode abandon its exec thread: the
     abandoned thread's event loop, and every task on it, stays blocked with it.)
     """
-    km, kc = quick_kernel
+    _km, kc = kernel
     setup = (
         "import asyncio\n"
         "ticks = []\n"
@@ -327,17 +317,20 @@ def test_interrupt_spares_asyncio_tasks_of_earlier_cells(quick_kernel, mode: str
     reply = wait_reply(kc, msg_id)
     assert reply["content"]["status"] == "error"
     assert reply["content"]["ename"] == ("CancelledError" if runaway.startswith("await") else "KeyboardInterrupt")
-    before = int(user_expr(kc, "len(ticks)"))
-    assert user_expr(kc, "background.done()") == "False"
-    assert wait_until(lambda: int(user_expr(kc, "len(ticks)")) > before + 5, REPLY_TIMEOUT), "the background task stopped ticking"
+    before = int(value_of(kc, "len(ticks)"))
+    assert value_of(kc, "background.done()") == "False"
+    assert wait_until(lambda: int(value_of(kc, "len(ticks)")) > before + 5, REPLY_TIMEOUT), (
+        "the background task stopped ticking"
+    )
 
 
 # -- SIGINT (interrupt_mode "signal", kill -INT) ------------------------------------------
 
 
+@QUICK
 @pytest.mark.parametrize("runaway", [BUSY, "threading.Event().wait()", "time.sleep(10**6)"])
-def test_sigint_interrupts_the_running_cell(quick_kernel, mode: str, runaway: str) -> None:
-    km, kc = quick_kernel
+def test_sigint_interrupts_the_running_cell(kernel, runaway: str) -> None:
+    km, kc = kernel
     assert execute(kc, "kept = 'yes'")["content"]["status"] == "ok"
     msg_id, _code, _line = start_runaway(kc, "", runaway, innermost="acquire(" if "wait" in runaway else None)
     km.signal_kernel(signal.SIGINT)
@@ -346,8 +339,9 @@ def test_sigint_interrupts_the_running_cell(quick_kernel, mode: str, runaway: st
     assert execute(kc, "assert kept == 'yes'")["content"]["status"] == "ok"
 
 
-def test_sigint_while_idle_does_nothing(quick_kernel, mode: str) -> None:
-    km, kc = quick_kernel
+@QUICK
+def test_sigint_while_idle_does_nothing(kernel) -> None:
+    km, kc = kernel
     for _ in range(5):
         signal_handled(km, kc)  # handled while idle, before the next request is sent
         assert km.is_alive()
@@ -364,7 +358,10 @@ def test_sigint_still_reaches_the_tenth_cell_after_a_cell_replaced_the_handler()
     """Main mode: user code may replace the SIGINT handler; the kernel takes it back between cells."""
     with running_kernel("main") as (km, kc):
         assert execute(kc, "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)")["content"]["status"] == "ok"
-        assert execute(kc, "import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)")["content"]["status"] == "ok"
+        assert (
+            execute(kc, "import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)")["content"]["status"]
+            == "ok"
+        )
         for i in range(7):
             assert execute(kc, f"c{i} = {i}")["content"]["status"] == "ok"
         msg_id = kc.execute(BUSY, stop_on_error=False)  # the tenth cell
@@ -388,21 +385,25 @@ time.sleep(120)
 """
 
 
-def test_child_processes_get_the_interrupt(quick_kernel, mode: str) -> None:
+@QUICK
+def test_child_processes_get_the_interrupt(kernel, mode: str) -> None:
     """A child process started by the cell receives SIGINT when the cell is interrupted.
 
     Required for main mode (as stock's killpg); the core does it in worker mode too.
     """
-    km, kc = quick_kernel
+    _km, kc = kernel
     ready, got = FileFlag("child-ready").path, FileFlag("child-got").path
-    setup = f"child = subprocess.Popen([sys.executable, '-c', {CHILD!r}, {ready!r}, {got!r}])\nwhile not os.path.exists({ready!r}): time.sleep(0.01)"
+    setup = (
+        f"child = subprocess.Popen([sys.executable, '-c', {CHILD!r}, {ready!r}, {got!r}])\n"
+        f"while not os.path.exists({ready!r}): time.sleep(0.01)"
+    )
     msg_id, _code, _line = start_runaway(kc, setup, "child.wait()", innermost="waitpid(")
     assert interrupt(kc, msg_id)["interrupted"] is True
     assert_interrupted(wait_reply(kc, msg_id), msg_id)
     assert wait_until(lambda: os.path.exists(got), 5), "the child process never got SIGINT"
     with open(got) as f:
         assert f.read() == "SIGINT"
-    returncode = user_expr(kc, "child.wait(timeout=10)")
+    returncode = value_of(kc, "child.wait(timeout=10)")
     if mode == "main":
         # SIGINT broke waitpid before it reaped the child: its exit status is intact.
         assert returncode == "7"
@@ -418,8 +419,10 @@ def test_child_processes_get_the_interrupt(quick_kernel, mode: str) -> None:
 
 def test_abandoned_thread_never_touches_a_later_cell() -> None:
     """Worker mode: an abandoned exec thread that finally returns runs no more user code and prints nothing."""
-    with running_kernel("worker", extra_arguments=GRACE_ARGS) as (km, kc):
-        assert execute(kc, "import os, threading, time\ntouched = False\npr, pw = os.pipe()")["content"]["status"] == "ok"
+    with running_kernel("worker", extra_arguments=GRACE_ARGS) as (_km, kc):
+        assert (
+            execute(kc, "import os, threading, time\ntouched = False\npr, pw = os.pipe()")["content"]["status"] == "ok"
+        )
         # Blocked in C (an empty pipe) past the grace: abandoned.  The read returns when the test writes.
         msg_id = send_execute(kc, "os.read(pr, 1)\ntouched = True\nprint('abandoned thread printed')")
         wait_running(kc, msg_id, at="os.read(pr, 1)")
@@ -436,7 +439,7 @@ def test_abandoned_thread_never_touches_a_later_cell() -> None:
         gate.set()
         later_reply = wait_reply(kc, later)
         assert later_reply["content"]["status"] == "ok", later_reply["content"]
-        assert user_expr(kc, "touched") == "False", "the abandoned thread ran user code after its cell was answered"
+        assert value_of(kc, "touched") == "False", "the abandoned thread ran user code after its cell was answered"
         seen = []
         while True:
             try:
@@ -456,7 +459,7 @@ def test_output_of_a_new_exec_thread_is_not_muted_after_abandonments() -> None:
     once a thread exits, so a later exec thread may get the ident of an
     abandoned one that has finished.
     """
-    with running_kernel("worker", extra_arguments=GRACE_ARGS) as (km, kc):
+    with running_kernel("worker", extra_arguments=GRACE_ARGS) as (_km, kc):
         assert execute(kc, "import os, threading, time")["content"]["status"] == "ok"
         for _ in range(2):
             # Blocked in C (an empty pipe): abandoned after the grace; then the test lets the read return
@@ -478,20 +481,19 @@ def test_output_of_a_new_exec_thread_is_not_muted_after_abandonments() -> None:
                 break
             if msg["msg_type"] == "stream" and msg["parent_header"].get("msg_id") == msg_id:
                 texts.append(msg["content"]["text"])
-            if msg["msg_type"] == "status" and msg["parent_header"].get("msg_id") == msg_id and msg["content"]["execution_state"] == "idle":
+            if (
+                msg["msg_type"] == "status"
+                and msg["parent_header"].get("msg_id") == msg_id
+                and msg["content"]["execution_state"] == "idle"
+            ):
                 break
         assert any("hello from the new exec thread" in t for t in texts), (
             f"the cell's print never reached iopub (stream texts: {texts}); "
-            f"exec thread ident {user_expr(kc, 'threading.get_ident()')}"
+            f"exec thread ident {value_of(kc, 'threading.get_ident()')}"
         )
 
 
 # -- bad input: shutting down ---------------------------------------------------------------
-
-
-def _private_ipython(tmp_path) -> dict:
-    """A history database of its own: IPython's exit waits seconds on one locked by other kernels."""
-    return {"IPYTHONDIR": str(tmp_path / "ipython")}
 
 
 def _shutdown_then_interrupt(km, kc, target: str | None) -> None:
@@ -521,7 +523,8 @@ def _shutdown_then_interrupt(km, kc, target: str | None) -> None:
             pass
     if interrupt_id in answers:
         content = answers[interrupt_id]["content"]
-        assert content["status"] == "error" and "shutting down" in content["evalue"], content
+        assert content["status"] == "error", content
+        assert "shutting down" in content["evalue"], content
     else:
         assert not km.is_alive(), (
             f"{time.monotonic() - sent_at:.1f} s after shutdown_request the kernel is still alive and has not "
@@ -537,17 +540,17 @@ def _shutdown_then_interrupt(km, kc, target: str | None) -> None:
     assert answers[shutdown["header"]["msg_id"]]["content"]["status"] == "ok"
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_interrupt_for_a_kernel_shutting_down_while_idle(mode: str, tmp_path) -> None:
-    with running_kernel(mode, env=_private_ipython(tmp_path)) as (km, kc):
-        assert execute(kc, "x = 1")["content"]["status"] == "ok"
-        _shutdown_then_interrupt(km, kc, None)
+@OWN_IPYTHON_DIR
+def test_interrupt_for_a_kernel_shutting_down_while_idle(kernel) -> None:
+    km, kc = kernel
+    assert execute(kc, "x = 1")["content"]["status"] == "ok"
+    _shutdown_then_interrupt(km, kc, None)
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_interrupt_for_a_kernel_shutting_down_while_a_cell_runs(mode: str, tmp_path) -> None:
+@OWN_IPYTHON_DIR
+def test_interrupt_for_a_kernel_shutting_down_while_a_cell_runs(kernel) -> None:
     """The interrupt the user sends because shutdown seems stuck on a running cell: answered, or the kernel is gone."""
-    with running_kernel(mode, env=_private_ipython(tmp_path)) as (km, kc):
-        running = kc.execute("import time\ntime.sleep(30)", stop_on_error=False)
-        wait_running(kc, running, at="time.sleep(30)")
-        _shutdown_then_interrupt(km, kc, running)
+    km, kc = kernel
+    running = kc.execute("import time\ntime.sleep(30)", stop_on_error=False)
+    wait_running(kc, running, at="time.sleep(30)")
+    _shutdown_then_interrupt(km, kc, running)

@@ -12,33 +12,27 @@ from __future__ import annotations
 
 import os
 import queue
-import shutil
-import tempfile
 import time
 
 import pytest
+from helpers import kernel_pid, value_of
 
 from cancelkernel import protocol
-from cancelkernel.testing import MODES, REPLY_TIMEOUT, FileFlag, drain, execute, interrupt, outputs, running_kernel, wait_reply, wait_running
+from cancelkernel.testing import (
+    REPLY_TIMEOUT,
+    FileFlag,
+    control_request,
+    execute,
+    interrupt,
+    outputs,
+    running_kernel,
+    wait_idle,
+    wait_reply,
+    wait_running,
+)
 
-
-@pytest.fixture(scope="module", params=MODES)
-def fk(request):
-    """(mode, km, kc): a kernel of each mode shared by this module's tests."""
-    ipython_dir = tempfile.mkdtemp(prefix="cancelkernel-ipython-")
-    try:
-        with running_kernel(request.param, env={"IPYTHONDIR": ipython_dir}) as (km, kc):
-            yield request.param, km, kc
-    finally:
-        shutil.rmtree(ipython_dir, ignore_errors=True)
-
-
-@pytest.fixture
-def kc(fk):
-    """The module kernel's client, with stale messages drained."""
-    _mode, _km, client = fk
-    drain(client)
-    return client
+# One kernel per mode for the module's tests (the `kernel` and `kc` fixtures), with its own history.
+pytestmark = pytest.mark.kernel_options(shared=True, own_ipython_dir=True)
 
 
 def run(kc, code: str, **kwargs) -> tuple[dict, list[dict]]:
@@ -58,18 +52,10 @@ def shell_reply(kc, msg_id: str) -> dict:
     return wait_reply(kc, msg_id)
 
 
-def value_of(kc, expr: str) -> str:
-    reply = execute(kc, "", user_expressions={"v": expr}, store_history=False)
-    result = reply["content"]["user_expressions"]["v"]
-    assert result["status"] == "ok", result
-    return result["data"]["text/plain"]
-
-
 # -- kernel_info --------------------------------------------------------------------------
 
 
-def test_kernel_info_advertises_the_extension(fk, kc) -> None:
-    mode, _km, _ = fk
+def test_kernel_info_advertises_the_extension(mode, kc) -> None:
     reply = shell_reply(kc, kc.kernel_info())
     content = reply["content"]
     assert content["status"] == "ok"
@@ -77,10 +63,34 @@ def test_kernel_info_advertises_the_extension(fk, kc) -> None:
     assert "cancelkernel" in content["supported_features"]
     ours = content["cancelkernel"]
     assert ours["exec_thread"] == mode
-    assert isinstance(ours["version"], str) and ours["version"]
+    assert isinstance(ours["version"], str)
+    assert ours["version"]
     if mode == "worker":
         # The debugger needs user code on the main thread: not advertised in worker mode.
         assert "debugger" not in content["supported_features"]
+
+
+def test_kernel_info_says_whether_a_cell_runs(kc) -> None:
+    """A client that connects to a running kernel learns from kernel_info (on control) that a cell runs, and which."""
+    idle = shell_reply(kc, kc.kernel_info())["content"]
+    assert idle[protocol.KERNEL_EXECUTION_STATE] == "idle"
+    assert idle["cancelkernel"]["executions"] == []
+    cell = kc.execute("import time  # kernel_info\nwhile True:\n    time.sleep(0.01)")
+    wait_running(kc, cell)
+    busy = control_request(kc, "kernel_info_request")["content"]
+    assert busy["execution_state"] == "busy", busy
+    (running,) = busy["cancelkernel"]["executions"]
+    assert running["msg_id"] == cell
+    assert running["subshell_id"] is None
+    assert running["state"] == "running"
+    assert running["elapsed"] > 0
+    assert interrupt(kc, cell)["interrupted"]
+    assert wait_reply(kc, cell)["content"]["ename"] == "KeyboardInterrupt"
+    # The main shell is busy until it publishes its idle status, which follows the reply (as on stock).
+    wait_idle(kc, cell)
+    after = control_request(kc, "kernel_info_request")["content"]
+    assert after["execution_state"] == "idle"
+    assert after["cancelkernel"]["executions"] == []
 
 
 # -- completion, inspection, history ----------------------------------------------------------
@@ -88,7 +98,11 @@ def test_kernel_info_advertises_the_extension(fk, kc) -> None:
 
 def test_completion(kc) -> None:
     run(kc, "completion_target_variable = 1")
-    for text, expected in (("completion_target_v", "completion_target_variable"), ("import itertoo", "itertools"), ("zi", "zip")):
+    for text, expected in (
+        ("completion_target_v", "completion_target_variable"),
+        ("import itertoo", "itertools"),
+        ("zi", "zip"),
+    ):
         reply = shell_reply(kc, kc.complete(text))
         assert reply["content"]["status"] == "ok"
         assert expected in reply["content"]["matches"], (text, reply["content"]["matches"])
@@ -97,7 +111,8 @@ def test_completion(kc) -> None:
 def test_inspection(kc) -> None:
     run(kc, "def documented():\n    'A docstring to find by inspection.'\n")
     reply = shell_reply(kc, kc.inspect("documented", cursor_pos=len("documented")))
-    assert reply["content"]["status"] == "ok" and reply["content"]["found"] is True
+    assert reply["content"]["status"] == "ok"
+    assert reply["content"]["found"] is True
     assert "A docstring to find by inspection." in reply["content"]["data"]["text/plain"]
 
 
@@ -114,7 +129,8 @@ def test_history(kc) -> None:
     # "range" over the current session (IPython numbers it 0 in range replies, as stock does).
     first_line = tail[0][1]
     reply = shell_reply(
-        kc, kc.history(hist_access_type="range", session=0, start=first_line, stop=first_line + 3, raw=True, output=False)
+        kc,
+        kc.history(hist_access_type="range", session=0, start=first_line, stop=first_line + 3, raw=True, output=False),
     )
     assert reply["content"]["status"] == "ok"
     assert [entry[2] for entry in reply["content"]["history"]] == codes
@@ -150,11 +166,16 @@ def test_display_and_rich_output(kc) -> None:
     )
     displays = [m for m in msgs if m["msg_type"] == "display_data"]
     assert any(m["content"]["data"].get("text/html") == "<b>shown</b>" for m in displays), displays
-    assert any(m["content"]["data"].get("text/plain") == "v1" and m["content"]["transient"]["display_id"] == "upd" for m in displays)
+    assert any(
+        m["content"]["data"].get("text/plain") == "v1" and m["content"]["transient"]["display_id"] == "upd"
+        for m in displays
+    )
     updates = [m for m in msgs if m["msg_type"] == "update_display_data"]
-    assert updates and updates[0]["content"]["data"]["text/plain"] == "v2"
+    assert updates
+    assert updates[0]["content"]["data"]["text/plain"] == "v2"
     results = [m for m in msgs if m["msg_type"] == "execute_result"]
-    assert len(results) == 1 and results[0]["content"]["data"]["text/html"] == "<i>result</i>"
+    assert len(results) == 1
+    assert results[0]["content"]["data"]["text/html"] == "<i>result</i>"
 
 
 def test_a_budgeted_cell_says_its_budgets_as_it_begins_and_shows_nothing(kc) -> None:
@@ -163,9 +184,15 @@ def test_a_budgeted_cell_says_its_budgets_as_it_begins_and_shows_nothing(kc) -> 
     assert kinds.count("update_display_data") == 1, kinds
     started = msgs[kinds.index("update_display_data")]["content"]
     assert kinds.index("update_display_data") < kinds.index("stream"), kinds  # before the cell's code
-    assert started["data"] == {} and started["transient"]["display_id"].startswith(protocol.STARTED_DISPLAY_PREFIX)
+    assert started["data"] == {}
+    assert started["transient"]["display_id"].startswith(protocol.STARTED_DISPLAY_PREFIX)
     event = started["transient"][protocol.EVENT_MIME]
-    assert (event["event"], event["wall_budget"], event["quiet_budget"], event["memory_budget"]) == ("started", 30, 20, None)
+    assert (event["event"], event["wall_budget"], event["quiet_budget"], event["memory_budget"]) == (
+        "started",
+        30,
+        20,
+        None,
+    )
     _, plain = run(kc, "print('plain')")
     assert "update_display_data" not in [m["msg_type"] for m in plain]  # no budget: nothing more per cell
 
@@ -190,7 +217,8 @@ def test_input_works_after_an_interrupted_input(kc) -> None:
     wait_running(kc, msg_id, at="first_answer = input('first? ')")
     assert interrupt(kc, msg_id)["interrupted"] is True
     reply = wait_reply(kc, msg_id)
-    assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
+    assert reply["content"]["status"] == "error"
+    assert reply["content"]["ename"] == "KeyboardInterrupt"
     msg_id = kc.execute("second_answer = input('second? ')", allow_stdin=True)
     request = kc.stdin_channel.get_msg(timeout=REPLY_TIMEOUT)
     assert request["content"]["prompt"] == "second? "
@@ -205,8 +233,12 @@ def test_input_works_after_an_interrupted_input(kc) -> None:
 def test_top_level_await(kc) -> None:
     _, msgs = run(kc, "import asyncio\nawaited = await asyncio.sleep(0.01, result=41)\nawaited + 1")
     results = [m for m in msgs if m["msg_type"] == "execute_result"]
-    assert results and results[0]["content"]["data"]["text/plain"] == "42"
-    _, msgs = run(kc, "async def twice(x):\n    await asyncio.sleep(0)\n    return 2 * x\nawait asyncio.gather(twice(1), twice(2))")
+    assert results
+    assert results[0]["content"]["data"]["text/plain"] == "42"
+    _, msgs = run(
+        kc,
+        "async def twice(x):\n    await asyncio.sleep(0)\n    return 2 * x\nawait asyncio.gather(twice(1), twice(2))",
+    )
     assert [m["content"]["data"]["text/plain"] for m in msgs if m["msg_type"] == "execute_result"] == ["[2, 4]"]
 
 
@@ -239,10 +271,11 @@ def test_asyncio_task_started_by_a_cell_keeps_running_between_cells(kc) -> None:
     assert later > at_end + 5, f"the task did not run while the kernel was idle: {at_end} ticks, then {later}"
 
 
+@pytest.mark.kernel_options
 def test_asyncio_task_created_in_a_plain_statement(kernel) -> None:
     """As stock: a plain statement of a cell may create a task on the kernel's loop.
 
-    A fresh kernel: the first await cell on an exec thread is the case that matters.
+    A fresh kernel (the marker's defaults): the first await cell on an exec thread is the case that matters.
     """
     _km, kc = kernel
     reply = execute(
@@ -304,7 +337,9 @@ def test_comms(kc) -> None:
 
 def test_output_is_attributed_to_the_cell_that_printed_it(kc) -> None:
     """Two cells back to back (the second queued while the first runs): each output has its cell as parent."""
-    first = kc.execute("import sys, time\nprint('first-a')\ntime.sleep(0.3)\nprint('first-b')\nprint('first-err', file=sys.stderr)")
+    first = kc.execute(
+        "import sys, time\nprint('first-a')\ntime.sleep(0.3)\nprint('first-b')\nprint('first-err', file=sys.stderr)"
+    )
     second = kc.execute("print('second-a')\nfrom IPython.display import display\ndisplay('second-display')")
     for msg_id in (first, second):
         assert wait_reply(kc, msg_id)["content"]["status"] == "ok"
@@ -324,8 +359,11 @@ def test_output_is_attributed_to_the_cell_that_printed_it(kc) -> None:
                 texts[line] = parent
         elif msg["msg_type"] == "display_data":
             texts[msg["content"]["data"]["text/plain"]] = parent
-    assert texts.get("first-a") == first and texts.get("first-b") == first and texts.get("first-err") == first, texts
-    assert texts.get("second-a") == second and texts.get("'second-display'") == second, texts
+    assert texts.get("first-a") == first, texts
+    assert texts.get("first-b") == first, texts
+    assert texts.get("first-err") == first, texts
+    assert texts.get("second-a") == second, texts
+    assert texts.get("'second-display'") == second, texts
 
 
 # -- thread-affine state ---------------------------------------------------------------------------------
@@ -342,7 +380,11 @@ def test_thread_affine_state_survives_between_cells(kc) -> None:
         "tl.value = 41\n"
         "exec_thread = threading.get_ident()",
     )
-    run(kc, "con.execute('insert into t values (1)')\nrows = con.execute('select count(*) from t').fetchone()[0]\nlocal_value = tl.value + 1")
+    run(
+        kc,
+        "con.execute('insert into t values (1)')\nrows = con.execute('select count(*) from t').fetchone()[0]\n"
+        "local_value = tl.value + 1",
+    )
     assert value_of(kc, "rows") == "1"
     assert value_of(kc, "local_value") == "42"
     # An interrupted (Python-level) cell does not cost the exec thread either.
@@ -371,5 +413,5 @@ def test_the_kernel_offers_itself_first_to_the_oom_killer(option: str | None, ex
     inherited = _oom_score_adj(os.getpid())
     args = [] if option is None else [f"--CancelKernel.oom_score_adj={option}"]
     with running_kernel("main", extra_arguments=args) as (km, _kc):
-        pid = km.provisioner.pid  # type: ignore[union-attr]
+        pid = kernel_pid(km)
         assert _oom_score_adj(pid) == (inherited if expected is None else max(expected, inherited))

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from mcp_helpers import McpServer, gone, wait_until
+from mcp_helpers import McpServer
+
+from cancelkernel.testing import process_exited, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -23,7 +25,8 @@ def test_every_kernel_is_gone_after_the_server_exits(http: bool) -> None:
         assert wait_until(lambda: len(server.processes()) >= 2)
     finally:
         server.close()
-    left = [pid for pid in server.before_exit if not gone(pid)]
-    assert len(server.before_exit) >= 2 and left == [], f"left behind: {left} of {server.before_exit}"
+    left = [pid for pid in server.before_exit if not process_exited(pid)]
+    assert len(server.before_exit) >= 2, f"left behind: {left} of {server.before_exit}"
+    assert left == [], f"left behind: {left} of {server.before_exit}"
     if server.process is not None:
         assert server.process.returncode == 0

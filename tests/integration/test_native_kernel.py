@@ -11,37 +11,28 @@
 
 from __future__ import annotations
 
-import os
 import queue
 import signal
-import sys
 
 import pytest
-from runaway_helpers import assert_interrupted, start_cell, start_gil_holder
+from helpers import assert_interrupted, start_cell, start_gil_holder
 
 from cancelkernel.testing import (
     MODES,
     REPLY_TIMEOUT,
-    control_request,
+    cancel_status,
     execute,
     interrupt,
+    restart,
     running_kernel,
     signal_handled,
     wait_reply,
 )
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples", "native"))
-from native_build import build_montecarlo  # noqa: E402
-
 # A loop that runs "forever" unless stopped (10**15 iterations is days).
 FOREVER = "10**15"
 # How long a loop that ignores interrupts must keep the kernel busy to count as not stopped.
 NOT_STOPPED_FOR = 3.0
-
-
-@pytest.fixture(scope="module")
-def example_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return build_montecarlo(str(tmp_path_factory.mktemp("montecarlo")))
 
 
 def setup_cell(example_dir: str) -> str:
@@ -59,7 +50,7 @@ def assert_state_survived(kc) -> None:
 
 
 def test_kernel_reports_the_native_flag():
-    with running_kernel("main") as (km, kc):
+    with running_kernel("main") as (_km, kc):
         reply = kc.kernel_info(reply=True, timeout=REPLY_TIMEOUT)
         assert reply["content"]["cancelkernel"]["native_flag"] is True
 
@@ -78,11 +69,12 @@ def test_gil_held_loop_is_stopped_by_sigint(mode, example_dir):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_nogil_loop_is_stopped_by_an_interrupt_request(mode, example_dir):
-    with running_kernel(mode) as (km, kc):
+    with running_kernel(mode) as (_km, kc):
         assert execute(kc, setup_cell(example_dir))["content"]["status"] == "ok"
         msg_id = start_cell(kc, f"montecarlo.pi_nogil({FOREVER})")
         answer = interrupt(kc)
-        assert answer["interrupted"] is True and answer["execution"] == msg_id
+        assert answer["interrupted"] is True
+        assert answer["execution"] == msg_id
         reply = wait_reply(kc, msg_id)
         assert_interrupted(reply)
         assert reply["metadata"]["cancelkernel"]["reason"] == "request"
@@ -91,7 +83,7 @@ def test_nogil_loop_is_stopped_by_an_interrupt_request(mode, example_dir):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_cancellable_sleep_is_stopped_by_an_interrupt_request(mode, example_dir):
-    with running_kernel(mode) as (km, kc):
+    with running_kernel(mode) as (_km, kc):
         assert execute(kc, setup_cell(example_dir))["content"]["status"] == "ok"
         for code in ("montecarlo.nap(3600)", "cancelkernel.cancellable_sleep(3600)"):
             msg_id = start_cell(kc, code)
@@ -113,8 +105,7 @@ def test_loop_without_a_cancel_point_is_not_stopped(mode, example_dir):
             wait_reply(kc, msg_id, timeout=NOT_STOPPED_FOR)
         assert km.is_alive()
         # The way out is a restart (what the watchdog escalates to).
-        km.restart_kernel(now=True)
-        kc.wait_for_ready(timeout=REPLY_TIMEOUT)
+        restart(km, kc, timeout=REPLY_TIMEOUT)
         reply = execute(kc, "1 + 1")
         assert reply["content"]["status"] == "ok"
 
@@ -175,27 +166,29 @@ def test_an_idle_sigint_does_not_cancel_the_next_cell(mode, example_dir):
 @pytest.mark.parametrize("mode", MODES)
 def test_a_stale_targeted_interrupt_does_not_set_the_flag(mode, example_dir):
     # A targeted interrupt for a cell that already ended must not set the flag for the next one.
-    with running_kernel(mode) as (km, kc):
+    with running_kernel(mode) as (_km, kc):
         assert execute(kc, setup_cell(example_dir))["content"]["status"] == "ok"
         first = kc.execute("1")
         wait_reply(kc, first)
         assert interrupt(kc, target=first)["interrupted"] is False
         reply = execute(kc, "assert not cancelkernel.cancel_requested()\nmontecarlo.pi_nogil(10**6)")
         assert reply["content"]["status"] == "ok", reply["content"]
-        status = control_request(kc, "cancel_status_request")["content"]
+        status = cancel_status(kc)
         assert status["native_flag"] is True
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_kernel_works_with_the_fallback_flag(mode):
     # CANCELKERNEL_NATIVE=0: the pure-Python flag; Python cancel points still work.
-    with running_kernel(mode, env={"CANCELKERNEL_NATIVE": "0"}) as (km, kc):
+    with running_kernel(mode, env={"CANCELKERNEL_NATIVE": "0"}) as (_km, kc):
         reply = kc.kernel_info(reply=True, timeout=REPLY_TIMEOUT)
         assert reply["content"]["cancelkernel"]["native_flag"] is False
         reply = execute(kc, "import cancelkernel, cancelkernel.native as native\nx = 41\nassert not native.available")
         assert reply["content"]["status"] == "ok", reply["content"]
-        for code in ("cancelkernel.cancellable_sleep(3600)",
-                     "while True:\n    try:\n        cancelkernel.raise_if_cancelled()\n    except ValueError:\n        pass"):
+        for code in (
+            "cancelkernel.cancellable_sleep(3600)",
+            "while True:\n    try:\n        cancelkernel.raise_if_cancelled()\n    except ValueError:\n        pass",
+        ):
             msg_id = start_cell(kc, code)
             assert interrupt(kc)["interrupted"] is True
             assert_interrupted(wait_reply(kc, msg_id))

@@ -17,15 +17,14 @@ import sys
 import sysconfig
 import textwrap
 import zipfile
+from types import ModuleType
 
 import pytest
-from runaway_helpers import assert_interrupted, start_cell
+from helpers import assert_interrupted, start_cell
 
 from cancelkernel.testing import MODES, execute, interrupt, running_kernel, wait_reply
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "examples", "native"))
-from native_build import build_extensions  # noqa: E402
 
 CYTHON_SOURCE = """\
 # cython: language_level=3
@@ -134,18 +133,24 @@ unsigned long long spin(const volatile int *cancelled) {
 
 
 @pytest.fixture(scope="module")
-def thirdparty_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+def thirdparty_dir(native_build: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> str:
     workdir = tmp_path_factory.mktemp("thirdparty")
     (workdir / "ck_thirdparty_cy.pyx").write_text(CYTHON_SOURCE)
     (workdir / "ck_thirdparty_c.c").write_text(C_SOURCE)
     (workdir / "spin.c").write_text(CTYPES_SOURCE)
-    build_extensions(str(workdir), {
-        "ck_thirdparty_cy": str(workdir / "ck_thirdparty_cy.pyx"),
-        "ck_thirdparty_c": str(workdir / "ck_thirdparty_c.c"),
-    })
+    native_build.build_extensions(
+        str(workdir),
+        {
+            "ck_thirdparty_cy": str(workdir / "ck_thirdparty_cy.pyx"),
+            "ck_thirdparty_c": str(workdir / "ck_thirdparty_c.c"),
+        },
+    )
     cc = (sysconfig.get_config_var("CC") or "cc").split()
-    subprocess.run([*cc, "-O2", "-shared", "-fPIC", "-o", str(workdir / "libspin.so"), str(workdir / "spin.c")],
-                   check=True, timeout=120)
+    subprocess.run(
+        [*cc, "-O2", "-shared", "-fPIC", "-o", str(workdir / "libspin.so"), str(workdir / "spin.c")],
+        check=True,
+        timeout=120,
+    )
     return str(workdir)
 
 
@@ -154,7 +159,7 @@ def setup_cell(workdir: str) -> str:
         import sys, ctypes
         sys.path.insert(0, {workdir!r})
         import ck_thirdparty_cy, ck_thirdparty_c, cancelkernel.native as native
-        libspin = ctypes.CDLL({os.path.join(workdir, 'libspin.so')!r})
+        libspin = ctypes.CDLL({os.path.join(workdir, "libspin.so")!r})
         libspin.spin.restype = ctypes.c_ulonglong
         libspin.spin.argtypes = [ctypes.c_void_p]
         x = 41
@@ -173,19 +178,30 @@ def test_thirdparty_loops_are_interrupted(mode, thirdparty_dir):
             km.signal_kernel(signal.SIGINT)
             assert_interrupted(wait_reply(kc, msg_id))
         # GIL released (ctypes releases it around foreign calls): a plain interrupt_request.
-        for code in ("ck_thirdparty_cy.spin_nogil()", "ck_thirdparty_c.spin_nogil()", "ck_thirdparty_c.nap(3600)",
-                     "libspin.spin(native.flag_address()); native.raise_if_cancelled()"):
+        for code in (
+            "ck_thirdparty_cy.spin_nogil()",
+            "ck_thirdparty_c.spin_nogil()",
+            "ck_thirdparty_c.nap(3600)",
+            "libspin.spin(native.flag_address()); native.raise_if_cancelled()",
+        ):
             msg_id = start_cell(kc, code)
             assert interrupt(kc)["interrupted"] is True, code
             assert_interrupted(wait_reply(kc, msg_id))
-        reply = execute(kc, "assert x == 41 and ck_thirdparty_cy.spins() > 0 and ck_thirdparty_c.spins() > 0\n"
-                            "assert not ck_thirdparty_cy.is_cancelled() and not ck_thirdparty_c.is_cancelled()")
+        reply = execute(
+            kc,
+            "assert x == 41 and ck_thirdparty_cy.spins() > 0 and ck_thirdparty_c.spins() > 0\n"
+            "assert not ck_thirdparty_cy.is_cancelled() and not ck_thirdparty_c.is_cancelled()",
+        )
         assert reply["content"]["status"] == "ok", reply["content"]
 
 
 def test_thirdparty_modules_share_the_one_flag(thirdparty_dir):
     # Outside a kernel: the flag set through the package is what both extensions read.
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""\
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""\
         import sys
         sys.path.insert(0, {thirdparty_dir!r})
         import ck_thirdparty_cy as cy, ck_thirdparty_c as c
@@ -204,13 +220,22 @@ def test_thirdparty_modules_share_the_one_flag(thirdparty_dir):
         f.end(3)
         assert not cy.is_cancelled() and not c.is_cancelled()
         print("OK")
-    """)], capture_output=True, text=True, timeout=60)
+    """),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.stdout.strip() == "OK", out.stderr
 
 
 def test_c_extension_import_fails_cleanly_without_the_compiled_flag(thirdparty_dir):
     # A missing _flag must surface as an ImportError at import time, not a crash later.
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""\
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""\
         import sys
         sys.modules["cancelkernel.native._flag"] = None   # as if it had not been built
         sys.path.insert(0, {thirdparty_dir!r})
@@ -218,7 +243,12 @@ def test_c_extension_import_fails_cleanly_without_the_compiled_flag(thirdparty_d
             import ck_thirdparty_c
         except ImportError as exc:
             print("ImportError")
-    """)], capture_output=True, text=True, timeout=60)
+    """),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.stdout.strip() == "ImportError", out.stderr
 
 
@@ -226,33 +256,49 @@ def test_c_extension_import_fails_cleanly_without_the_compiled_flag(thirdparty_d
 def wheel_install(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     """The package built as a wheel and installed into a directory of its own (not editable)."""
     wheels = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                    "-w", str(wheels), ROOT], check=True, timeout=600, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels), ROOT],
+        check=True,
+        timeout=600,
+        capture_output=True,
+    )
     (wheel,) = glob.glob(str(wheels / "cancelkernel-*.whl"))
     target = tmp_path_factory.mktemp("site")
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), wheel],
-                   check=True, timeout=600, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), wheel],
+        check=True,
+        timeout=600,
+        capture_output=True,
+    )
     return wheel, str(target)
 
 
 def test_wheel_ships_headers_and_pxd_but_no_generated_c(wheel_install):
     wheel, _ = wheel_install
     names = zipfile.ZipFile(wheel).namelist()
-    for needed in ("cancelkernel/native/__init__.pxd", "cancelkernel/native/_flag.pxd",
-                   "cancelkernel/native/include/cancelkernel_native.h"):
+    for needed in (
+        "cancelkernel/native/__init__.pxd",
+        "cancelkernel/native/_flag.pxd",
+        "cancelkernel/native/include/cancelkernel_native.h",
+    ):
         assert needed in names, needed
     assert any(n.startswith("cancelkernel/native/_flag.") and n.endswith((".so", ".pyd")) for n in names)
     assert not [n for n in names if n.endswith(".c")], names
 
 
-def test_cimport_works_against_a_regular_install_without_include_path(wheel_install, tmp_path):
+def test_cimport_works_against_a_regular_install_without_include_path(native_build, wheel_install, tmp_path):
     # The exact line, found by Cython on sys.path only: the installed directory IS cancelkernel/native/.
     _, site = wheel_install
     (tmp_path / "ck_wheel_consumer.pyx").write_text(CYTHON_SOURCE)
     env = {**os.environ, "PYTHONPATH": site}
-    build_extensions(str(tmp_path), {"ck_wheel_consumer": str(tmp_path / "ck_wheel_consumer.pyx")},
-                     include_path=False, env=env)
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""\
+    native_build.build_extensions(
+        str(tmp_path), {"ck_wheel_consumer": str(tmp_path / "ck_wheel_consumer.pyx")}, include_path=False, env=env
+    )
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""\
         import sys
         sys.path.insert(0, {str(tmp_path)!r})
         import cancelkernel.native as native, ck_wheel_consumer as consumer
@@ -264,5 +310,11 @@ def test_cimport_works_against_a_regular_install_without_include_path(wheel_inst
             consumer.spin_gil()
         except KeyboardInterrupt:
             print("OK")
-    """)], env=env, capture_output=True, text=True, timeout=60)
+    """),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.stdout.strip() == "OK", out.stderr

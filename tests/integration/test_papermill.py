@@ -15,12 +15,13 @@ from typing import Any
 import nbformat
 import papermill
 import pytest
-from agent_helpers import kernel_args, process_gone
+from helpers import kernel_args
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 from papermill.exceptions import PapermillExecutionError
 
 from cancelkernel.agent import BadInputError
 from cancelkernel.protocol import REPORT_MIME
+from cancelkernel.testing import process_exited
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -77,9 +78,9 @@ def test_ok_notebook_keeps_parameters_cwd_saves_and_log_output(tmp_path: Any) ->
         new_code_cell(""),
         new_code_cell("n * 10"),
     ])  # fmt: skip
-    cmd = [sys.executable, "-m", "papermill", src, out, "-k", "cancelkernel", "--engine", "cancelkernel", "-p", "n", "5",
-           "--cwd", str(workdir), "--log-output", "--autosave-cell-every", "1", "--stdout-file", str(tmp_path / "stdout.txt"),
-           "--no-progress-bar"]  # fmt: skip
+    cmd = [sys.executable, "-m", "papermill", src, out, "-k", "cancelkernel", "--engine", "cancelkernel",
+           "-p", "n", "5", "--cwd", str(workdir), "--log-output", "--autosave-cell-every", "1",
+           "--stdout-file", str(tmp_path / "stdout.txt"), "--no-progress-bar"]  # fmt: skip
     seen_while_running = ""
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
         try:
@@ -98,7 +99,8 @@ def test_ok_notebook_keeps_parameters_cwd_saves_and_log_output(tmp_path: Any) ->
     assert proc.returncode == 0, err
     nb = nbformat.read(out, as_version=4)
     injected = nb.cells[2]
-    assert "injected-parameters" in injected.metadata["tags"] and "n = 5" in injected.source
+    assert "injected-parameters" in injected.metadata["tags"]
+    assert "n = 5" in injected.source
     pid_line, cwd_line = _texts(nb.cells[3]).splitlines()
     assert cwd_line == f"cwd {workdir}"
     assert _texts(nb.cells[4]) == "second 10\n"
@@ -106,10 +108,13 @@ def test_ok_notebook_keeps_parameters_cwd_saves_and_log_output(tmp_path: Any) ->
     assert [c.metadata.papermill["status"] for c in nb.cells] == ["completed"] * len(nb.cells)
     assert nb.metadata.language_info["name"] == "python"
     # Saved after each cell (cell 3's output) and autosaved while cell 4 slept (its partial output).
-    assert "cwd" in seen_while_running and "second 10" in seen_while_running
-    assert "second 10" in err and "Executing Cell" in err  # --log-output, papermill's logger
+    assert "cwd" in seen_while_running
+    assert "second 10" in seen_while_running
+    # --log-output, papermill's logger
+    assert "second 10" in err
+    assert "Executing Cell" in err
     assert (tmp_path / "stdout.txt").read_text() == f"{pid_line}\n{cwd_line}\nsecond 10\n"
-    assert process_gone(int(pid_line.split()[1]))
+    assert process_exited(int(pid_line.split()[1]))
 
 
 def test_execution_timeout_interrupts_once_then_papermill_stops(tmp_path: Any) -> None:
@@ -120,7 +125,8 @@ def test_execution_timeout_interrupts_once_then_papermill_stops(tmp_path: Any) -
         new_code_cell("print('after')"),
     ])  # fmt: skip
     done = _papermill(src, out, "-k", "cancelkernel", "--engine", "cancelkernel", "--execution-timeout", "1")
-    assert done.returncode == 1 and "PapermillExecutionError" in done.stderr, done.stderr
+    assert done.returncode == 1, done.stderr
+    assert "PapermillExecutionError" in done.stderr, done.stderr
     assert "KeyboardInterrupt" in done.stderr
     nb = nbformat.read(out, as_version=4)
     cell = _cell(nb, "import time")
@@ -128,19 +134,23 @@ def test_execution_timeout_interrupts_once_then_papermill_stops(tmp_path: Any) -
     assert (report["status"], report["reason"]) == ("interrupted", "wall_budget")
     assert report["elapsed"] < 60  # the cell was stopped, not waited for (its sleep was 60 s)
     assert [a["action"] for a in report["actions"]] == ["interrupt"]
-    assert "sleeping\n" in _texts(cell) and "cancelkernel agent: interrupted" in _texts(cell)
+    assert "sleeping\n" in _texts(cell)
+    assert "cancelkernel agent: interrupted" in _texts(cell)
     assert _errors(cell) == ["KeyboardInterrupt"]
     assert cell.metadata.papermill["status"] == "failed"
     after = _cell(nb, "print('after')")
-    assert after.outputs == [] and after.metadata.papermill["status"] == "pending"
+    assert after.outputs == []
+    assert after.metadata.papermill["status"] == "pending"
 
 
 def test_tag_budgets_and_error_rules_through_execute_notebook(tmp_path: Any) -> None:
     src, out = str(tmp_path / "in.ipynb"), str(tmp_path / "out.ipynb")
     _notebook(src, [
         new_code_cell("x = 20", metadata={"tags": ["parameters"]}),
-        new_code_cell("print('spinning', x, flush=True)\nwhile True:\n    pass", metadata={"tags": ["wall-budget=0.5", "raises-exception"]}),
-        new_code_cell("import time\nwhile True:\n    time.sleep(0.05)", metadata={"cancelkernel": {"quiet_budget": 0.5}}),
+        new_code_cell("print('spinning', x, flush=True)\nwhile True:\n    pass",
+                      metadata={"tags": ["wall-budget=0.5", "raises-exception"]}),
+        new_code_cell("import time\nwhile True:\n    time.sleep(0.05)",
+                      metadata={"cancelkernel": {"quiet_budget": 0.5}}),
         new_code_cell("print('not reached')"),
     ])  # fmt: skip
     with pytest.raises(PapermillExecutionError) as caught:
@@ -149,7 +159,9 @@ def test_tag_budgets_and_error_rules_through_execute_notebook(tmp_path: Any) -> 
             progress_bar=False, extra_arguments=kernel_args("cancelkernel"),
         )  # fmt: skip
     # Papermill names the last cell with an error output: the one that stopped the notebook.
-    assert caught.value.ename == "KeyboardInterrupt" and caught.value.cell_index == 3 and "quiet budget" in caught.value.evalue
+    assert caught.value.ename == "KeyboardInterrupt"
+    assert caught.value.cell_index == 3
+    assert "quiet budget" in caught.value.evalue
     nb = nbformat.read(out, as_version=4)
     spin, quiet, last = _cell(nb, "print('spinning'"), _cell(nb, "import time"), _cell(nb, "print('not reached')")
     assert (_report(spin)["status"], _report(spin)["reason"]) == ("interrupted", "wall_budget")
@@ -157,18 +169,24 @@ def test_tag_budgets_and_error_rules_through_execute_notebook(tmp_path: Any) -> 
     # raises-exception: the notebook went on, and the quiet budget stopped the silent loop, which stops it (no tag).
     assert (_report(quiet)["status"], _report(quiet)["reason"]) == ("interrupted", "quiet_budget")
     assert quiet.metadata.papermill["status"] == "failed"
-    assert last.outputs == [] and last.metadata.papermill["status"] == "pending"
+    assert last.outputs == []
+    assert last.metadata.papermill["status"] == "pending"
     injected = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
-    assert len(injected) == 1 and "x = 21" in injected[0].source and injected[0].execution_count == 2
+    assert len(injected) == 1
+    assert "x = 21" in injected[0].source
+    assert injected[0].execution_count == 2
 
 
 def test_a_memory_budget_tag_through_execute_notebook(tmp_path: Any) -> None:
     src, out = str(tmp_path / "in.ipynb"), str(tmp_path / "out.ipynb")
     grow = "grown = []\nwhile True:\n    grown.append(bytearray(10 * 2**20))"
-    _notebook(src, [new_code_cell(grow, metadata={"tags": ["memory-budget=100M"]}), new_code_cell("print('not reached')")])
+    _notebook(
+        src, [new_code_cell(grow, metadata={"tags": ["memory-budget=100M"]}), new_code_cell("print('not reached')")]
+    )
     with pytest.raises(PapermillExecutionError) as caught:
         papermill.execute_notebook(src, out, engine_name="cancelkernel", kernel_name="cancelkernel", progress_bar=False)
-    assert caught.value.ename == "KeyboardInterrupt" and "memory budget of 100 MiB" in caught.value.evalue, caught.value.evalue
+    assert caught.value.ename == "KeyboardInterrupt", caught.value.evalue
+    assert "memory budget of 100 MiB" in caught.value.evalue, caught.value.evalue
     report = _report(_cell(nbformat.read(out, as_version=4), "grown = []"))
     assert (report["status"], report["reason"]) == ("interrupted", "memory_budget")
 
@@ -181,19 +199,23 @@ def test_wedge_restarted_and_restored_then_the_notebook_goes_on(tmp_path: Any) -
         new_code_cell(WEDGE, metadata={"tags": ["wall-budget=0.5"]}),
         new_code_cell("import os\nprint(len(data), json.dumps(1), os.getpid())"),
     ], cancelkernel={"checkpoint": "before-risky"})  # fmt: skip
-    done = _papermill(src, out, "-k", "cancelkernel", "--engine", "cancelkernel", env={"JUPYTER_RUNTIME_DIR": str(tmp_path)})
+    done = _papermill(
+        src, out, "-k", "cancelkernel", "--engine", "cancelkernel", env={"JUPYTER_RUNTIME_DIR": str(tmp_path)}
+    )
     # Every cell ran; the wedged one did not finish, so papermill's final check fails the run, naming it.
-    assert done.returncode == 1 and "CellTimeoutError" in done.stderr, done.stderr
+    assert done.returncode == 1, done.stderr
+    assert "CellTimeoutError" in done.stderr, done.stderr
     nb = nbformat.read(out, as_version=4)
     wedged, after = _cell(nb, WEDGE), _cell(nb, "import os")
     report = _report(wedged)
     assert (report["status"], report["state"]) == ("restarted", "restored"), report
     assert [a["action"] for a in report["actions"]] == ["interrupt", "restart"]
-    assert _errors(wedged) == ["CellTimeoutError"] and "state restored" in wedged.outputs[-1]["evalue"]
+    assert _errors(wedged) == ["CellTimeoutError"]
+    assert "state restored" in wedged.outputs[-1]["evalue"]
     length, dumped, pid = _texts(after).split()
     assert (length, dumped) == ("10", "1")
     assert after.metadata.papermill["status"] == "completed"
-    assert process_gone(int(pid))
+    assert process_exited(int(pid))
 
 
 def test_wedge_with_state_lost_stops_like_an_error(tmp_path: Any) -> None:
@@ -221,20 +243,25 @@ def test_dead_kernel_fails_fast(tmp_path: Any) -> None:
     started = time.monotonic()
     done = _papermill(src, out, "-k", "cancelkernel", "--engine", "cancelkernel")
     assert time.monotonic() - started < 60
-    assert done.returncode == 1 and "DeadKernelError" in done.stderr and "exit code 3" in done.stderr, done.stderr
+    assert done.returncode == 1, done.stderr
+    assert "DeadKernelError" in done.stderr, done.stderr
+    assert "exit code 3" in done.stderr, done.stderr
     nb = nbformat.read(out, as_version=4)
     died = _cell(nb, "print('bye'")
     assert (_report(died)["status"], _report(died)["reason"]) == ("died", "died")
-    assert _errors(died) == ["DeadKernelError"] and "exit code 3" in died.outputs[-1]["evalue"]
+    assert _errors(died) == ["DeadKernelError"]
+    assert "exit code 3" in died.outputs[-1]["evalue"]
     assert _cell(nb, "print('after')").outputs == []
-    assert process_gone(int(_texts(_cell(nb, "import os"))))
+    assert process_exited(int(_texts(_cell(nb, "import os"))))
 
 
 def test_bad_notebook_options_are_refused_before_a_kernel_starts(tmp_path: Any) -> None:
     src = str(tmp_path / "in.ipynb")
     _notebook(src, [new_code_cell("1")], cancelkernel={"checkpont": "before-risky"})
     with pytest.raises(BadInputError, match="checkpont"):
-        papermill.execute_notebook(src, None, engine_name="cancelkernel", kernel_name="cancelkernel", progress_bar=False)
+        papermill.execute_notebook(
+            src, None, engine_name="cancelkernel", kernel_name="cancelkernel", progress_bar=False
+        )
 
 
 # -- item 6: portable budgets on a stock kernel -----------------------------------------
@@ -255,7 +282,8 @@ def _check_portable(cells: list[Any], sources: list[str]) -> None:
     assert [c.source for c in cells] == sources  # the directive lines stay in the notebook as written
     runaway = cells[1]
     assert (_report(runaway)["status"], _report(runaway)["reason"]) == ("interrupted", "wall_budget")
-    assert "spinning\n" in _texts(runaway) and _errors(runaway) == ["KeyboardInterrupt"]
+    assert "spinning\n" in _texts(runaway)
+    assert _errors(runaway) == ["KeyboardInterrupt"]
     assert _texts(cells[2]) == "fine 42\n"
 
 
@@ -274,8 +302,10 @@ def test_budget_directives_run_on_stock_ipykernel_through_papermill(tmp_path: An
     src, out = str(tmp_path / "in.ipynb"), str(tmp_path / "out.ipynb")
     sources = _portable(src)
     done = _papermill(src, out, "-k", "python3", "--engine", "cancelkernel")
-    assert done.returncode == 1 and "PapermillExecutionError" in done.stderr, done.stderr
-    assert "degraded" in done.stderr and "has no cell budgets" in done.stderr
+    assert done.returncode == 1, done.stderr
+    assert "PapermillExecutionError" in done.stderr, done.stderr
+    assert "degraded" in done.stderr
+    assert "has no cell budgets" in done.stderr
     nb = nbformat.read(out, as_version=4)
     cells = [c for c in nb.cells if c.cell_type == "code"]  # without papermill's error-marker cells
     _check_portable(cells, sources)

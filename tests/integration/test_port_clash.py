@@ -1,4 +1,5 @@
-"""A port another process takes between the launcher choosing it and the kernel binding it (jupyter_client chooses free ports, then lets them go).
+"""A port another process takes between the launcher choosing it and the kernel binding it
+(jupyter_client chooses free ports, then lets them go).
 
 The kernel says so with its own exit code, and the agent client launches it
 again with new ports instead of failing the user's run.  The clash is made
@@ -16,7 +17,7 @@ import sys
 from collections.abc import Iterator
 
 import pytest
-from agent_helpers import kernel_args
+from helpers import kernel_args
 from jupyter_client.connect import LocalPortCache
 
 from cancelkernel import protocol
@@ -35,12 +36,25 @@ def taken_port() -> Iterator[int]:
 def test_the_kernel_exits_with_port_in_use(tmp_path) -> None:
     with taken_port() as port:
         free = LocalPortCache.instance()
-        ports = {name: free.find_available_port("127.0.0.1") for name in ("iopub_port", "stdin_port", "control_port", "hb_port")}
-        connection = {"shell_port": port, **ports, "ip": "127.0.0.1", "transport": "tcp", "key": "k", "signature_scheme": "hmac-sha256"}
+        ports = {
+            name: free.find_available_port("127.0.0.1")
+            for name in ("iopub_port", "stdin_port", "control_port", "hb_port")
+        }
+        connection = {
+            "shell_port": port,
+            **ports,
+            "ip": "127.0.0.1",
+            "transport": "tcp",
+            "key": "k",
+            "signature_scheme": "hmac-sha256",
+        }
         path = tmp_path / "kernel.json"
         path.write_text(json.dumps(connection))
         kernel = subprocess.run(
-            [sys.executable, "-m", "cancelkernel", "kernel", "-f", str(path)], capture_output=True, text=True, timeout=60
+            [sys.executable, "-m", "cancelkernel", "kernel", "-f", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
     assert kernel.returncode == protocol.EXIT_PORT_IN_USE, kernel.stderr
     assert "start the kernel again with new ports" in kernel.stderr
@@ -67,4 +81,5 @@ def test_the_agent_launches_again_with_new_ports(monkeypatch: pytest.MonkeyPatch
     assert handed == [port]
     assert result.status == "ok", result
     assert "42" in result.text
-    assert pid is not None and pid != os.getpid()
+    assert pid is not None
+    assert pid != os.getpid()

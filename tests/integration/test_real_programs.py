@@ -16,6 +16,7 @@ import os
 import time
 
 import pytest
+from helpers import GRACE_ARGS, kernel_pid, value_of
 
 from cancelkernel.testing import (
     MODES,
@@ -49,11 +50,6 @@ except ValueError:  # the builtin has none on some versions: then neither may ou
 """
 
 
-def _value(kc, expression: str) -> str:
-    reply = execute(kc, "", user_expressions={"v": expression})["content"]
-    return str(reply["user_expressions"]["v"]["data"]["text/plain"])
-
-
 def _stdout(msgs: list[dict]) -> str:
     return "".join(m["content"].get("text", "") for m in msgs if m["msg_type"] == "stream")
 
@@ -62,24 +58,27 @@ def _stdout(msgs: list[dict]) -> str:
 def stock_sleep_facts() -> str:
     with running_kernel(None, kernel_name="python3") as (_, kc):
         assert execute(kc, SLEEP_LOOKS_STOCK)["content"]["status"] == "ok"
-        return _value(kc, "facts")
+        return value_of(kc, "facts")
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_time_sleep_is_indistinguishable_from_stock(mode: str, stock_sleep_facts: str) -> None:
     with running_kernel(mode) as (_, kc):
         assert execute(kc, SLEEP_LOOKS_STOCK)["content"]["status"] == "ok"
-        assert _value(kc, "facts") == stock_sleep_facts
+        assert value_of(kc, "facts") == stock_sleep_facts
 
 
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 @pytest.mark.parametrize("mode", MODES)
 def test_a_pool_maps_time_sleep(mode: str, context: str) -> None:
     with running_kernel(mode) as (_, kc):
-        code = f"import multiprocessing, time\nwith multiprocessing.get_context({context!r}).Pool(2) as p:\n    done = p.map(time.sleep, [0.01] * 4)"
+        code = (
+            f"import multiprocessing, time\nwith multiprocessing.get_context({context!r}).Pool(2) as p:\n"
+            "    done = p.map(time.sleep, [0.01] * 4)"
+        )
         reply = execute(kc, code, timeout=60)["content"]
         assert reply["status"] == "ok", reply
-        assert _value(kc, "done") == "[None, None, None, None]"
+        assert value_of(kc, "done") == "[None, None, None, None]"
 
 
 # An Event set just as one 5 ms slice of the cooperative wait ends; a setter that sees its waiter
@@ -115,7 +114,7 @@ def test_an_event_set_is_never_lost_by_a_cooperative_wait(mode: str) -> None:
         subshell = create_subshell(kc) if mode == "main" else None
         reply = wait_reply(kc, send_execute(kc, EVENT_WAKEUPS, subshell_id=subshell), timeout=300)["content"]
         assert reply["status"] == "ok", reply
-        assert _value(kc, "lost") == "0"
+        assert value_of(kc, "lost") == "0"
 
 
 # Threads that flush while the cell writes: each flush must not trip over the buffers the IOPub thread just sent.
@@ -147,7 +146,7 @@ def test_flushing_from_threads_while_a_cell_writes_never_fails(mode: str) -> Non
     with running_kernel(mode) as (_, kc):
         reply = execute(kc, FLUSH_WHILE_WRITING, timeout=300)["content"]
         assert reply["status"] == "ok", reply
-        assert _value(kc, "flush_errors") == "[]"
+        assert value_of(kc, "flush_errors") == "[]"
 
 
 THREAD_STARTER = "import threading\nwhile True:\n    threading.Thread(target=lambda: None).start()"
@@ -216,21 +215,28 @@ def test_a_forked_child_is_not_the_kernel(mode: str) -> None:
     with running_kernel(mode) as (_, kc):
         reply = execute(kc, FORKED_CHILD, timeout=60)["content"]
         assert reply["status"] == "ok", reply
-        assert _value(kc, "seen") == "{'sigint': True, 'running': [], 'sleep returns': True}"
+        assert value_of(kc, "seen") == "{'sigint': True, 'running': [], 'sleep returns': True}"
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_interrupted_pool_workers_never_print_the_kernels_internals(mode: str) -> None:
-    """The workers get the interrupt (SIGINT to the cell's children, as stock's process group signal): what they print is Python's."""
+    """The workers get the interrupt (SIGINT to the cell's children, as stock's process group signal):
+    what they print is Python's."""
     with running_kernel(mode) as (_, kc):
-        assert execute(kc, "import multiprocessing\ndef nap(s):\n    __import__('time').sleep(s)")["content"]["status"] == "ok"
+        assert (
+            execute(kc, "import multiprocessing\ndef nap(s):\n    __import__('time').sleep(s)")["content"]["status"]
+            == "ok"
+        )
         drain_channel(kc.iopub_channel)
-        msg_id = send_execute(kc, "p = multiprocessing.get_context('fork').Pool(2)\nwith p:\n    p.map(nap, [1000] * 4)")
+        msg_id = send_execute(
+            kc, "p = multiprocessing.get_context('fork').Pool(2)\nwith p:\n    p.map(nap, [1000] * 4)"
+        )
         wait_running(kc, msg_id, at="p.map(nap, [1000] * 4)")
         assert interrupt(kc, msg_id)["interrupted"] is True
         assert wait_reply(kc, msg_id)["content"]["ename"] == "KeyboardInterrupt"
         printed = _stdout(drain_channel(kc.iopub_channel)) + _stdout(drain_channel(kc.iopub_channel))
-        assert "cancelkernel" not in printed and "_on_sigint" not in printed, printed
+        assert "cancelkernel" not in printed, printed
+        assert "_on_sigint" not in printed, printed
 
 
 def _threads_and_fds(pid: int) -> tuple[int, int]:
@@ -240,9 +246,10 @@ def _threads_and_fds(pid: int) -> tuple[int, int]:
 
 
 def test_abandoned_exec_threads_end_and_take_their_descriptors_with_them() -> None:
-    """Worker mode: five exec threads given up on; once their calls return, threads and descriptors are back where they were."""
-    with running_kernel("worker", extra_arguments=["--CancelKernel.interrupt_grace=0.2"]) as (km, kc):
-        pid = km.provisioner.pid
+    """Worker mode: five exec threads given up on; once their calls return,
+    threads and descriptors are back where they were."""
+    with running_kernel("worker", extra_arguments=GRACE_ARGS) as (km, kc):
+        pid = kernel_pid(km)
         assert execute(kc, "import os, threading\nwarm = [1]")["content"]["status"] == "ok"
         # One abandonment first: ipykernel's per-thread iopub pipes and the like are then made once.
         rounds = 6

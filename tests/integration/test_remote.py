@@ -19,15 +19,14 @@ from collections.abc import Iterator
 
 import nbformat
 import pytest
+from helpers import AGENT_GRACE
 
 from cancelkernel.agent import AgentKernel, BadInputError, KernelStartError, RunawayCellError
 from cancelkernel.cli.agent_commands import exec_main, run_main
-from cancelkernel.testing import act_when
+from cancelkernel.testing import act_when, wait_until
 from cancelkernel.testing.servers import Server, free_port, jupyter_server, kernel_gateway, server_through_gateway
 
 # websocket-client and jupyter_kernel_gateway come with the test extra: missing, these tests fail (never skip).
-
-GRACE = 2.0  # generous: under load a remote interrupt takes a while, and a short grace means a restart
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +47,7 @@ def remote(request: pytest.FixtureRequest, server: Server, gateway: Server) -> S
 
 
 def remote_agent(where: Server, kernel_name: str = "cancelkernel", **kwargs: object) -> AgentKernel:
-    kwargs.setdefault("interrupt_grace", GRACE)
+    kwargs.setdefault("interrupt_grace", AGENT_GRACE)
     return AgentKernel(kernel_name, server_url=where.url, token=where.token, **kwargs).start()  # type: ignore[arg-type]
 
 
@@ -59,16 +58,22 @@ def kernels_on(where: Server) -> list[str]:
 def test_every_policy_path_through_the_server(remote: Server) -> None:
     ak = remote_agent(remote, checkpoint="after-ok")
     try:
-        assert ak.info.ours and not ak.link.local
+        assert ak.info.ours
+        assert not ak.link.local
         assert ak.run("x = 41\nprint(x + 1)").text == "42\n"
         loop = ak.run("while True:\n    pass", wall_budget=0.5)
-        assert loop.status == "interrupted" and loop.state == "suspect" and loop.stack
+        assert loop.status == "interrupted"
+        assert loop.state == "suspect"
+        assert loop.stack
         wedged = ak.run("sum(range(10**12))", wall_budget=0.5)
-        assert wedged.status == "restarted" and wedged.state == "restored" and "x" in wedged.restored
+        assert wedged.status == "restarted"
+        assert wedged.state == "restored"
+        assert "x" in wedged.restored
         assert any("remote" in note for note in wedged.notes)  # no dump file or SIGUSR1 across a server, and it says so
         assert ak.run("print(x)").text == "41\n"
         died = ak.run("import os\nos._exit(1)", wall_budget=20)
-        assert died.status == "died" and died.state == "restored", died.summary()
+        assert died.status == "died", died.summary()
+        assert died.state == "restored", died.summary()
         assert ak.run("print(x)").text == "41\n"
         first = ak.run("while True:\n    pass", wall_budget=0.5, cell_id="twice")
         assert first.status == "interrupted"
@@ -99,7 +104,9 @@ def test_stock_python3_through_the_server_is_degraded_not_broken(server: Server)
         loop = ak.run("while True:\n    pass", wall_budget=0.5)
         assert loop.status == "interrupted"
         wedged = ak.run("sum(range(10**12))", wall_budget=0.5)
-        assert wedged.status == "restarted" and wedged.state == "lost"  # no checkpoints on stock kernels
+        # No checkpoints on stock kernels
+        assert wedged.status == "restarted"
+        assert wedged.state == "lost"
         assert ak.run("print('alive')").text == "alive\n"
     finally:
         ak.close()
@@ -115,6 +122,23 @@ def test_adopting_a_running_kernel_leaves_it_running(server: Server) -> None:
         server.request("DELETE", f"/api/kernels/{kernel_id}")
 
 
+def test_adopting_a_kernel_by_id_while_another_clients_cell_runs(server: Server) -> None:
+    owner = remote_agent(server)
+    try:
+        running = owner.submit("import time  # the owner's\nwhile True:\n    time.sleep(0.01)", wall_budget=0)
+        assert wait_until(lambda: running.watch.current_line(), timeout=30)  # the kernel runs the cell's own code
+        with AgentKernel(server_url=server.url, token=server.token, kernel_id=owner.link.kernel_id) as ak:
+            assert ak.info.busy, ak.info
+            assert [e["msg_id"] for e in ak.info.executions] == [running.watch.msg_id], ak.info
+            with pytest.raises(BadInputError, match="another client sent"):
+                ak.run("z = 1")
+            owner.interrupt()
+            assert running.result(30).status == "interrupted"
+            assert ak.run("z = 1\nprint(z)").text == "1\n"
+    finally:
+        owner.close()
+
+
 def test_a_deleted_kernel_is_died_promptly(server: Server) -> None:
     ak = remote_agent(server)
     try:
@@ -125,8 +149,12 @@ def test_a_deleted_kernel_is_died_promptly(server: Server) -> None:
         )
         started = time.monotonic()
         result = ak.run("import time\nprint('started', flush=True)\ntime.sleep(60)", wall_budget=120)
-        assert acted.wait(30) and result.status == "died" and time.monotonic() - started < 15
-        assert "shut down" in (result.reason_text or "") or "no longer" in (result.reason_text or ""), result.reason_text
+        assert acted.wait(30)
+        assert result.status == "died"
+        assert time.monotonic() - started < 15
+        assert "shut down" in (result.reason_text or "") or "no longer" in (result.reason_text or ""), (
+            result.reason_text
+        )
         assert ak.run("print('new kernel')").text == "new kernel\n"
     finally:
         ak.close()
@@ -137,9 +165,14 @@ def test_a_dropped_websocket_loses_no_reply(server: Server) -> None:
     try:
         transport = ak.link.transport
         # Dropped once the cell's first output has arrived (it then sleeps 1.5 s before its last line).
-        acted = act_when(lambda: ak.running is not None and bool(ak.running.outputs), lambda: transport._ws.sock.shutdown(socket.SHUT_RDWR))
+        acted = act_when(
+            lambda: ak.running is not None and bool(ak.running.outputs),
+            lambda: transport._ws.sock.shutdown(socket.SHUT_RDWR),
+        )
         result = ak.run("import time\nprint('before', flush=True)\ntime.sleep(1.5)\nprint('after')", wall_budget=20)
-        assert acted.wait(30) and result.status == "ok" and result.text == "before\nafter\n", result.summary()
+        assert acted.wait(30), result.summary()
+        assert result.status == "ok", result.summary()
+        assert result.text == "before\nafter\n", result.summary()
         assert transport.reconnects >= 1
     finally:
         ak.close()
@@ -168,7 +201,7 @@ class not_jupyter:
 
     def __enter__(self) -> str:
         class Page(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - the http.server API
+            def do_GET(self) -> None:  # the name http.server calls
                 self.send_response(200)
                 self.end_headers()
                 self.wfile.write(b"<html>hello</html>")
@@ -185,27 +218,50 @@ class not_jupyter:
         self.httpd.server_close()
 
 
-def test_the_command_line_through_the_server(server: Server, tmp_path: object, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_command_line_through_the_server(
+    server: Server, tmp_path: object, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert exec_main(["-c", "print(6 * 7)", "--server-url", server.url, "--token", server.token]) == 0
     assert capsys.readouterr().out == "42\n"
     directory = str(tmp_path)
     sources = []
     for name in ("first", "second", "third"):
         nb = nbformat.v4.new_notebook()
-        nb.cells = [nbformat.v4.new_code_cell(f"name = {name!r}"), nbformat.v4.new_code_cell("while True:\n    pass"), nbformat.v4.new_code_cell("print(name)")]
+        nb.cells = [
+            nbformat.v4.new_code_cell(f"name = {name!r}"),
+            nbformat.v4.new_code_cell("while True:\n    pass"),
+            nbformat.v4.new_code_cell("print(name)"),
+        ]
         path = os.path.join(directory, f"{name}.ipynb")
         nbformat.write(nb, path)
         sources.append(path)
     out, logs = os.path.join(directory, "out"), os.path.join(directory, "logs")
     os.environ["JUPYTER_TOKEN"] = server.token
     try:
-        code = run_main([*sources, "--server-url", server.url, "--jobs", "3", "-o", out, "--log", logs, "--wall-budget", "1", "--allow-errors"])
+        code = run_main(
+            [
+                *sources,
+                "--server-url",
+                server.url,
+                "--jobs",
+                "3",
+                "-o",
+                out,
+                "--log",
+                logs,
+                "--wall-budget",
+                "1",
+                "--allow-errors",
+            ]
+        )
     finally:
         del os.environ["JUPYTER_TOKEN"]
     err = capsys.readouterr().err
     assert code == 1  # each has a runaway cell
     assert all(f"[{n}.ipynb" in err for n in ("first", "second", "third"))  # progress lines carry the notebook
-    assert "interventions" in err and "notebook" in err  # the summary table
+    # The summary table
+    assert "interventions" in err
+    assert "notebook" in err
     for name in ("first", "second", "third"):
         done = nbformat.read(os.path.join(out, f"{name}.ipynb"), as_version=4)
         assert done.cells[2].outputs[0]["text"] == f"{name}\n"

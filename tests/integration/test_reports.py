@@ -16,10 +16,11 @@ import signal
 import time
 
 import pytest
+from helpers import GRACE_ARGS, kernel_pid
 
 from cancelkernel import protocol
 from cancelkernel.testing import (
-    MODES,
+    cancel_status,
     control_request,
     dump_file_of,
     interrupt,
@@ -32,15 +33,10 @@ from cancelkernel.testing import (
     wait_running,
 )
 
-GRACE = ["--CancelKernel.interrupt_grace=0.3"]
+# One kernel per mode for the module's tests (the `kernel` fixture); some tests start one of their own.
+pytestmark = pytest.mark.kernel_options(*GRACE_ARGS, shared=True)
 # One elapsed time in a traceback, e.g. "1.01 s" (a budget like "of 0.5 s" is not an elapsed time).
 ELAPSED = re.compile(r"(?<!of )\b\d+\.\d\d s\b")
-
-
-@pytest.fixture(scope="module", params=MODES)
-def k(request: pytest.FixtureRequest):
-    with running_kernel(request.param, extra_arguments=GRACE) as (km, kc):
-        yield request.param, km, kc
 
 
 def notes(found: list[dict]) -> list[dict]:
@@ -62,13 +58,16 @@ def event_of(note: dict) -> dict:
 def assert_is_a_quiet_note(note: dict) -> None:
     """Only text a front end renders as such; the event rides in transient."""
     assert set(note["data"]) == {"text/plain", "text/html"}, note["data"]
-    assert note["data"]["text/plain"].startswith("cancelkernel: ") and "\n" not in note["data"]["text/plain"]
-    assert "<script" not in note["data"]["text/html"] and 'class="cancelkernel-note"' in note["data"]["text/html"]
+    assert note["data"]["text/plain"].startswith("cancelkernel: ")
+    assert "\n" not in note["data"]["text/plain"]
+    assert "<script" not in note["data"]["text/html"]
+    assert 'class="cancelkernel-note"' in note["data"]["text/html"]
     assert event_of(note)["event"] in protocol.SHOWN_EVENTS
 
 
 def run_interrupted(kc, code: str, at: str, km=None) -> tuple[dict, list[dict]]:
-    """Run `code`, interrupt it once the kernel shows it at line `at` (SIGINT as JupyterLab's toolbar with our kernelspec, or a message)."""
+    """Run `code`, interrupt it once the kernel shows it at line `at`
+    (SIGINT as JupyterLab's toolbar with our kernelspec, or a message)."""
     msg_id = send_execute(kc, code)
     wait_running(kc, msg_id, at=at)
     return interrupt_and_collect(kc, msg_id, km)
@@ -83,9 +82,9 @@ def interrupt_and_collect(kc, msg_id: str, km=None) -> tuple[dict, list[dict]]:
     return wait_reply(kc, msg_id), found
 
 
-def test_reports_belong_to_their_own_execution(k) -> None:
+def test_reports_belong_to_their_own_execution(kernel) -> None:
     """Fast cells interrupted as they finish, a dump taken while idle: nothing of it shows in a later cell."""
-    mode, km, kc = k
+    km, kc = kernel
     dump_file = control_request(kc, "kernel_info_request")["content"][protocol.KEY]["dump_file"]
     for i in range(30):
         msg_id = send_execute(kc, "import time\ntime.sleep(0.01)")
@@ -104,67 +103,90 @@ def test_reports_belong_to_their_own_execution(k) -> None:
     reply, found = run_interrupted(kc, "x = 0\nwhile True:\n    x += 1", at="while True:")
     meta = reply["metadata"][protocol.KEY]
     count = reply["content"]["execution_count"]
-    assert meta["interrupted"] and [e["ename"] for e in errors(found)] == ["KeyboardInterrupt"]
+    assert meta["interrupted"]
+    assert [e["ename"] for e in errors(found)] == ["KeyboardInterrupt"]
     assert not notes(found), [n["data"]["text/plain"] for n in notes(found)]
-    assert "stack_source" not in meta and "gil_held" not in meta, meta
-    assert meta["stack"] and all(f["filename"] == meta["stack"][0]["filename"] for f in meta["stack"])
+    assert "stack_source" not in meta, meta
+    assert "gil_held" not in meta, meta
+    assert meta["stack"]
+    assert all(f["filename"] == meta["stack"][0]["filename"] for f in meta["stack"])
     assert set(re.findall(r"Cell In\[(\d+)\]", plain(errors(found)[0]["traceback"]))) == {str(count)}
 
 
-def test_a_manual_interrupt_shows_only_its_traceback(k) -> None:
-    mode, km, kc = k
+def test_a_manual_interrupt_shows_only_its_traceback(kernel) -> None:
+    km, kc = kernel
     reply, found = run_interrupted(kc, "import time\ntime.sleep(30)", at="time.sleep(30)", km=km)
     assert [m["msg_type"] for m in found if m["msg_type"] not in ("execute_input", "status")] == ["error"]
     text = plain(errors(found)[0]["traceback"])
-    assert "KeyboardInterrupt" in text and "time.sleep(30)" in text and "SIGINT" in text
+    assert "KeyboardInterrupt" in text
+    assert "time.sleep(30)" in text
+    assert "SIGINT" in text
     assert len(ELAPSED.findall(text)) == 1, text  # the elapsed time, once
     assert "threading.py" not in text  # worker mode: the cooperative sleep's insides are not the user's
     assert reply["metadata"][protocol.KEY]["reason"] == protocol.REASON_SIGNAL
 
 
-@pytest.mark.parametrize("budget,loop", [("wall=0.5", "time.sleep(30) if 1 < 2 else None"), ("quiet=0.5", "while 1 < 2:\n    pass")])
-def test_a_budget_trip_is_one_note_before_the_traceback(k, budget: str, loop: str) -> None:
-    mode, km, kc = k
+@pytest.mark.parametrize(
+    ("budget", "loop"), [("wall=0.5", "time.sleep(30) if 1 < 2 else None"), ("quiet=0.5", "while 1 < 2:\n    pass")]
+)
+def test_a_budget_trip_is_one_note_before_the_traceback(kernel, budget: str, loop: str) -> None:
+    _km, kc = kernel
     reply, found = run_cell(kc, f"%%budget {budget}\nimport time\n{loop}")
     shown = [m["msg_type"] for m in found if m["msg_type"] in ("display_data", "error", "stream")]
     assert shown == ["display_data", "error"], shown
     note = notes(found)[0]
     assert_is_a_quiet_note(note)
     word = "wall budget" if budget.startswith("wall") else "quiet budget"
-    assert f"{word} of 0.5 s" in note["data"]["text/plain"] and "interrupting it" in note["data"]["text/plain"]
-    assert "1 &lt; 2" in note["data"]["text/html"] and "1 < 2" not in note["data"]["text/html"]  # the cell's line, escaped
+    assert f"{word} of 0.5 s" in note["data"]["text/plain"]
+    assert "interrupting it" in note["data"]["text/plain"]
+    # The cell's line, escaped
+    assert "1 &lt; 2" in note["data"]["text/html"]
+    assert "1 < 2" not in note["data"]["text/html"]
     event = event_of(note)
-    assert event["event"] == protocol.EVENT_RUNAWAY and event["action"] == "interrupt" and event["execution"] == reply["parent_header"]["msg_id"]
+    assert event["event"] == protocol.EVENT_RUNAWAY
+    assert event["action"] == "interrupt"
+    assert event["execution"] == reply["parent_header"]["msg_id"]
     text = plain(errors(found)[0]["traceback"])
-    assert word in text and len(ELAPSED.findall(text)) == 1, text
+    assert word in text, text
+    assert len(ELAPSED.findall(text)) == 1, text
     assert "GIL" not in text
 
 
-def test_a_cell_that_catches_the_interrupt_is_told_so(k) -> None:
-    mode, km, kc = k
-    code = "import time\ntry:\n    time.sleep(30)\nexcept KeyboardInterrupt:\n    print('caught')\ntime.sleep(1.5)\n'done'"
+def test_a_cell_that_catches_the_interrupt_is_told_so(kernel) -> None:
+    km, kc = kernel
+    code = (
+        "import time\ntry:\n    time.sleep(30)\nexcept KeyboardInterrupt:\n    print('caught')\ntime.sleep(1.5)\n'done'"
+    )
     reply, found = run_interrupted(kc, code, at="time.sleep(30)", km=km)
-    assert reply["content"]["status"] == "ok" and not errors(found)
+    assert reply["content"]["status"] == "ok"
+    assert not errors(found)
     assert len(notes(found)) == 1, [n["data"]["text/plain"] for n in notes(found)]
     note = notes(found)[0]
     assert_is_a_quiet_note(note)
     text = note["data"]["text/plain"]
     count = reply["content"]["execution_count"]
-    assert "caught the interrupt" in text and f"Cell In[{count}], line 6 (time.sleep(1.5))" in text, text
+    assert "caught the interrupt" in text, text
+    assert f"Cell In[{count}], line 6 (time.sleep(1.5))" in text, text
     assert "interrupt again" in text
-    assert "GIL" not in text and "restart" not in text, text
+    assert "GIL" not in text, text
+    assert "restart" not in text, text
     assert event_of(note)["why"] == protocol.UNRESPONSIVE_CAUGHT
     meta = reply["metadata"][protocol.KEY]
-    assert meta["unresponsive_why"] == protocol.UNRESPONSIVE_CAUGHT and "gil_held" not in meta
+    assert meta["unresponsive_why"] == protocol.UNRESPONSIVE_CAUGHT
+    assert "gil_held" not in meta
 
 
 # One C call that holds the GIL until the test lets it go: libc's read() through ctypes.PyDLL, which keeps the GIL.
-HOLD_GIL = "%%budget wall=0.3\nimport ctypes, os\n_fd = os.open({fifo!r}, os.O_RDWR)\n_n = ctypes.PyDLL(None).read(_fd, ctypes.create_string_buffer(1), 1)"
+HOLD_GIL = (
+    "%%budget wall=0.3\nimport ctypes, os\n_fd = os.open({fifo!r}, os.O_RDWR)\n"
+    "_n = ctypes.PyDLL(None).read(_fd, ctypes.create_string_buffer(1), 1)"
+)
 HOLD_LINE = 4
 
 
 def run_holding_the_gil(kc, fifo: str, then: str = "") -> tuple[dict, list[dict]]:
-    """Run a cell whose C call holds the GIL past its budget, and let the call return only once faulthandler has dumped it.
+    """Run a cell whose C call holds the GIL past its budget,
+    and let the call return only once faulthandler has dumped it.
 
     The release waits on the dump, not on a clock: however fast or loaded the
     machine, the kernel had its proof (the dump, the starved watchdog) first.
@@ -179,16 +201,19 @@ def run_holding_the_gil(kc, fifo: str, then: str = "") -> tuple[dict, list[dict]
     return wait_reply(kc, msg_id), found
 
 
-def test_a_gil_held_call_is_said_once_where_it_is_true(k, tmp_path) -> None:
+def test_a_gil_held_call_is_said_once_where_it_is_true(kernel, tmp_path) -> None:
     """One C call holds the GIL past the budget: faulthandler's stack and the watchdog's starvation both prove it."""
-    mode, km, kc = k
+    _km, kc = kernel
     reply, found = run_holding_the_gil(kc, str(tmp_path / "first"), then="\nwhile True:\n    pass")
     meta = reply["metadata"][protocol.KEY]
-    assert meta["reason"] == protocol.REASON_WALL_BUDGET and meta["stack_source"] == "faulthandler"
+    assert meta["reason"] == protocol.REASON_WALL_BUDGET
+    assert meta["stack_source"] == "faulthandler"
     assert meta["gil_held"] >= 0.3, meta
     text = plain(errors(found)[0]["traceback"])
-    assert text.count("held the GIL") == 1 and len(ELAPSED.findall(text)) == 1, text
-    assert [event_of(n)["event"] for n in notes(found)] == [protocol.EVENT_RUNAWAY]  # the GIL is in the traceback, not a second note
+    assert text.count("held the GIL") == 1, text
+    assert len(ELAPSED.findall(text)) == 1, text
+    # The GIL is in the traceback, not a second note
+    assert [event_of(n)["event"] for n in notes(found)] == [protocol.EVENT_RUNAWAY]
     # Ending with the call itself: either the interrupt still lands, or the cell ends first and a last note says so.
     reply, found = run_holding_the_gil(kc, str(tmp_path / "last"))
     said = [plain(e["traceback"]) for e in errors(found)] + [n["data"]["text/plain"] for n in notes(found)]
@@ -197,17 +222,22 @@ def test_a_gil_held_call_is_said_once_where_it_is_true(k, tmp_path) -> None:
 
 
 def test_an_abandoned_worker_is_one_note_then_the_traceback() -> None:
-    with running_kernel("worker", extra_arguments=GRACE) as (km, kc):
+    with running_kernel("worker", extra_arguments=GRACE_ARGS) as (km, kc):
         # A lock acquired twice: blocked in C (Event.wait is cooperative on the exec thread, not abandoned).
-        reply, found = run_interrupted(kc, "import threading\nlk = threading.Lock(); lk.acquire()\nlk.acquire()", at="lk.acquire()", km=km)
+        _reply, found = run_interrupted(
+            kc, "import threading\nlk = threading.Lock(); lk.acquire()\nlk.acquire()", at="lk.acquire()", km=km
+        )
         shown = [m["msg_type"] for m in found if m["msg_type"] in ("display_data", "error")]
         assert shown == ["display_data", "error"], shown
         note = notes(found)[0]
         assert_is_a_quiet_note(note)
         assert event_of(note)["event"] == protocol.EVENT_ABANDONED
-        assert "abandoned" in note["data"]["text/plain"] and "line 3 (lk.acquire())" in note["data"]["text/plain"], note["data"]["text/plain"]
+        assert "abandoned" in note["data"]["text/plain"], note["data"]["text/plain"]
+        assert "line 3 (lk.acquire())" in note["data"]["text/plain"], note["data"]["text/plain"]
         text = plain(errors(found)[0]["traceback"])
-        assert "abandoned" in text and "lk.acquire()" in text and len(ELAPSED.findall(text)) == 1, text
+        assert "abandoned" in text, text
+        assert "lk.acquire()" in text, text
+        assert len(ELAPSED.findall(text)) == 1, text
         assert run_cell(kc, "print('next')")[0]["content"]["status"] == "ok"
 
 
@@ -221,12 +251,12 @@ def test_a_refused_cell_takes_its_execution_count_as_stock_does() -> None:
     assert ours == stock == [1, 2, 3], (ours, stock)
 
 
-def test_an_idle_kernel_does_not_wake_up(k) -> None:
+def test_an_idle_kernel_does_not_wake_up(kernel) -> None:
     """No thread of an idle kernel (after cells and interrupts) runs a polling loop."""
-    mode, km, kc = k
+    km, kc = kernel
     run_interrupted(kc, "import time\ntime.sleep(30)", at="time.sleep(30)")
-    pid = km.provisioner.pid  # type: ignore[union-attr]
-    assert control_request(kc, protocol.CANCEL_STATUS_REQUEST)["content"]["executions"] == []  # idle, by its own account
+    pid = kernel_pid(km)
+    assert cancel_status(kc)["executions"] == []  # idle, by its own account
 
     def switches() -> dict[str, int]:
         found = {}
@@ -260,7 +290,10 @@ def test_a_notebook_run_by_nbclient_and_exported_to_html_reads_well(tmp_path) ->
     from nbconvert import HTMLExporter
 
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell("%%budget wall=0.5\nimport time\ntime.sleep(30) if 1 < 2 else None"), nbformat.v4.new_code_cell("x = 1")]
+    nb.cells = [
+        nbformat.v4.new_code_cell("%%budget wall=0.5\nimport time\ntime.sleep(30) if 1 < 2 else None"),
+        nbformat.v4.new_code_cell("x = 1"),
+    ]
     NotebookClient(nb, kernel_name="cancelkernel", allow_errors=True, timeout=60).execute()
     saved = json.dumps(nb)
     assert "vnd.cancelkernel.event" not in saved  # the machine event is never saved into the notebook
@@ -269,4 +302,5 @@ def test_a_notebook_run_by_nbclient_and_exported_to_html_reads_well(tmp_path) ->
     assert [c.execution_count for c in nb.cells] == [1, 2]
     page, _ = HTMLExporter().from_notebook_node(nb)
     assert "cancelkernel: the cell ran past its wall budget of 0.5 s" in page
-    assert "1 &lt; 2" in page and "No renderer" not in page
+    assert "1 &lt; 2" in page
+    assert "No renderer" not in page

@@ -67,40 +67,42 @@ the cell in it.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import signal
 import sys
 import time
 import typing as t
 
 import pytest
-from runaway_helpers import (
+from helpers import (
     GRACE_ARGS,
     STOP_TIMEOUT,
     WARN_ARGS,
     child_processes,
+    children_of,
+    cmdline,
     kernel_pid,
     line_at,
     no_reply_within,
     send_interrupt,
     start_gil_holder,
     start_runaway,
-    user_expr,
-    wait_until,
+    value_of,
 )
 
 from cancelkernel.testing import (
     MODES,
-    drain,
     execute,
     interrupt,
     running_kernel,
     wait_for,
     wait_reply,
+    wait_until,
 )
 
 SETUP = "import asyncio, multiprocessing, os, queue, re, socket, subprocess, threading, time"
+# The runaway set's kernels: one per mode for the whole module
+# (the `kernel` fixture replaces one a test left unhealthy).
+SHARED = pytest.mark.kernel_options(*GRACE_ARGS, setup=SETUP, shared=True)
 
 
 class Runaway(t.NamedTuple):
@@ -124,7 +126,10 @@ RUNAWAYS: dict[str, Runaway] = {
     "input": Runaway("", "input()", "KeyboardInterrupt", False),
     "await_sleep": Runaway("", "await asyncio.sleep(10**6)", "CancelledError", False),
     "join_forever": Runaway(
-        "th = threading.Thread(target=threading.Event().wait, daemon=True)\nth.start()", "th.join()", "KeyboardInterrupt", True,
+        "th = threading.Thread(target=threading.Event().wait, daemon=True)\nth.start()",
+        "th.join()",
+        "KeyboardInterrupt",
+        True,
         "acquire(" if sys.version_info < (3, 13) else "_handle.join(",  # where Thread.join blocks in C
     ),
 }
@@ -136,68 +141,33 @@ GIL_SETUP = "r = range(10**12)"
 GIL_CALL = "sum(r)"
 
 
-class _Pool:
-    """One kernel per mode for the whole module, replaced if a test left it unhealthy."""
-
-    def __init__(self) -> None:
-        self._stack = contextlib.ExitStack()
-        self._kernels: dict[str, tuple] = {}
-
-    def get(self, mode: str):
-        entry = self._kernels.get(mode)
-        if entry is not None and not self._healthy(*entry[:2]):
-            entry[2].close()
-            entry = None
-        if entry is None:
-            stack = contextlib.ExitStack()
-            self._stack.callback(stack.close)
-            km, kc = stack.enter_context(running_kernel(mode, extra_arguments=GRACE_ARGS))
-            assert execute(kc, SETUP)["content"]["status"] == "ok"
-            entry = self._kernels[mode] = (km, kc, stack)
-        km, kc, _ = entry
-        drain(kc)  # leftovers of the previous test (stdin requests, late iopub) must not confuse this one
-        return km, kc
-
-    @staticmethod
-    def _healthy(km, kc) -> bool:
-        try:
-            return km.is_alive() and execute(kc, "1", timeout=10)["content"]["status"] == "ok"
-        except Exception:  # noqa: BLE001 - any failure means "start a fresh one"
-            return False
-
-    def close(self) -> None:
-        self._stack.close()
-
-
-@pytest.fixture(scope="module")
-def pool():
-    p = _Pool()
-    try:
-        yield p
-    finally:
-        p.close()
-
-
 # -- the runaway set -------------------------------------------------------------
 
 
+@SHARED
 @pytest.mark.parametrize("case", list(RUNAWAYS))
 @pytest.mark.parametrize("mode", MODES)
-def test_runaway_stopped_by_one_interrupt(pool, mode: str, case: str) -> None:
+def test_runaway_stopped_by_one_interrupt(kernel, mode: str, case: str) -> None:
     """One targeted interrupt_request stops the runaway; state survives; the next cell runs.
 
     How each mode stops each case: see the table in the module docstring.
     """
-    km, kc = pool.get(mode)
+    km, kc = kernel
     setup, runaway, ename, abandons_in_worker, innermost = RUNAWAYS[case]
     var, value = f"before_{case}", f"kept-{case}-{time.monotonic_ns()}"
     assert execute(kc, f"{var} = {value!r}")["content"]["status"] == "ok"
 
     msg_id, _code, line = start_runaway(kc, setup, runaway, innermost=innermost, allow_stdin=(case == "input"))
     if case == "subprocess":
-        assert wait_until(lambda: child_processes(kernel_pid(km), "sleep"), 10), "the cell's `sleep` child never started"
+        assert wait_until(lambda: child_processes(kernel_pid(km), "sleep"), 10), (
+            "the cell's `sleep` child never started"
+        )
     if case == "input":  # the kernel has asked for the answer: the cell waits in ipykernel's polling loop
-        wait_for(kc.stdin_channel, lambda m: m["msg_type"] == "input_request" and m["parent_header"].get("msg_id") == msg_id, STOP_TIMEOUT)
+        wait_for(
+            kc.stdin_channel,
+            lambda m: m["msg_type"] == "input_request" and m["parent_header"].get("msg_id") == msg_id,
+            STOP_TIMEOUT,
+        )
 
     reply_to_interrupt = interrupt(kc, msg_id)
     assert reply_to_interrupt["status"] == "ok", reply_to_interrupt
@@ -212,11 +182,13 @@ def test_runaway_stopped_by_one_interrupt(pool, mode: str, case: str) -> None:
     assert meta["msg_id"] == msg_id
     assert meta["interrupted"] is True, meta
     assert meta["reason"] == "request", meta
-    assert isinstance(meta["elapsed"], (int, float)) and meta["elapsed"] > 0, meta
+    assert isinstance(meta["elapsed"], (int, float)), meta
+    assert meta["elapsed"] > 0, meta
     expect_abandoned = mode == "worker" and abandons_in_worker
     if expect_abandoned:
         # The reply says the exec thread was given up on (and names it).
-        assert isinstance(meta["abandoned_thread"], str) and meta["abandoned_thread"], meta
+        assert isinstance(meta["abandoned_thread"], str), meta
+        assert meta["abandoned_thread"], meta
         assert "abandoned" in content["evalue"], content["evalue"]
     else:
         assert meta["abandoned_thread"] is None, meta
@@ -224,32 +196,16 @@ def test_runaway_stopped_by_one_interrupt(pool, mode: str, case: str) -> None:
     # State survives and the next cell runs normally.
     nxt = execute(kc, f"assert {var} == {value!r}\nafter_{case} = len({var})")
     assert nxt["content"]["status"] == "ok", nxt["content"]
-    assert user_expr(kc, f"after_{case}") == str(len(value))
+    assert value_of(kc, f"after_{case}") == str(len(value))
 
     if case == "subprocess":
-        assert wait_until(lambda: not child_processes(kernel_pid(km), "sleep"), 10), "the `sleep` child survived the interrupt"
+        assert wait_until(lambda: not child_processes(kernel_pid(km), "sleep"), 10), (
+            "the `sleep` child survived the interrupt"
+        )
 
     # Where it stopped: the runaway line of the cell (the innermost user frame).
     assert isinstance(meta["stopped_at"], str), f"metadata.stopped_at is {meta['stopped_at']!r}: {meta}"
     assert line_at(kc, meta["stopped_at"]) == runaway, (meta["stopped_at"], line)
-
-
-def children_of(pid: int) -> set[int]:
-    """Child processes of `pid` (zombies included: a child nobody reaped is left behind too)."""
-    found: set[int] = set()
-    with contextlib.suppress(OSError):
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{tid}/children") as f:
-                found.update(int(c) for c in f.read().split())
-    return found
-
-
-def cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
 
 
 NAP = "def nap(s):\n    __import__('time').sleep(s)"
@@ -258,8 +214,9 @@ POOL = "with multiprocessing.get_context('fork').Pool(2) as p:"
 POOL_MAP = "    p.map(nap, [1000] * 4)"
 
 
+@SHARED
 @pytest.mark.parametrize("mode", MODES)
-def test_a_pool_map_is_stopped_by_one_interrupt_and_leaves_no_worker(pool, mode: str) -> None:
+def test_a_pool_map_is_stopped_by_one_interrupt_and_leaves_no_worker(kernel, mode: str) -> None:
     """`Pool.map` over sleeping workers: ONE interrupt stops it (KeyboardInterrupt), no abandonment, no worker left.
 
     Worker mode: the map waits in a Condition.wait, cooperative on the exec
@@ -267,7 +224,7 @@ def test_a_pool_map_is_stopped_by_one_interrupt_and_leaves_no_worker(pool, mode:
     pool.  Main mode: SIGINT, as stock.  The multiprocessing resource_tracker
     may stay (as on stock): it is not a pool worker.
     """
-    km, kc = pool.get(mode)
+    km, kc = kernel
     pid = kernel_pid(km)
     before = children_of(pid)
     assert execute(kc, NAP)["content"]["status"] == "ok"
@@ -279,7 +236,9 @@ def test_a_pool_map_is_stopped_by_one_interrupt_and_leaves_no_worker(pool, mode:
     reply = wait_reply(kc, msg_id, timeout=STOP_TIMEOUT)
     assert reply["content"]["ename"] == "KeyboardInterrupt", reply["content"]
     meta = reply["metadata"]["cancelkernel"]
-    assert meta["interrupted"] is True and meta["reason"] == "request" and meta["abandoned_thread"] is None, meta
+    assert meta["interrupted"] is True, meta
+    assert meta["reason"] == "request", meta
+    assert meta["abandoned_thread"] is None, meta
 
     def left() -> list[str]:
         return [f"{c}: {cmdline(c)}" for c in children_of(pid) - before if "resource_tracker" not in cmdline(c)]
@@ -301,7 +260,7 @@ def test_regex_main_mode_stopped_by_one_interrupt_request() -> None:
     watchdog starves, so _sre's signal check runs Python code and hands the
     GIL over) no interrupt_reply ever arrives.
     """
-    with running_kernel("main", extra_arguments=GRACE_ARGS) as (km, kc):
+    with running_kernel("main", extra_arguments=GRACE_ARGS) as (_km, kc):
         assert execute(kc, SETUP + "\nbefore_regex = 42")["content"]["status"] == "ok"
         # Status requests are answered too (slowly): the GIL yield hands the GIL over for each.
         msg_id, _code, _line = start_runaway(kc, REGEX_SETUP, REGEX)
@@ -312,7 +271,8 @@ def test_regex_main_mode_stopped_by_one_interrupt_request() -> None:
             "on the main thread, so the interrupt_request is never even read"
         )
         reply = wait_reply(kc, msg_id, timeout=STOP_TIMEOUT)
-        assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
+        assert reply["content"]["status"] == "error"
+        assert reply["content"]["ename"] == "KeyboardInterrupt"
         assert reply["metadata"]["cancelkernel"]["interrupted"] is True
         assert execute(kc, "assert before_regex == 42")["content"]["status"] == "ok"
 
@@ -330,8 +290,10 @@ def test_regex_main_mode_sigint_stops_it() -> None:
         km.signal_kernel(signal.SIGINT)
         reply = wait_reply(kc, msg_id, timeout=STOP_TIMEOUT)
         content, meta = reply["content"], reply["metadata"]["cancelkernel"]
-        assert content["status"] == "error" and content["ename"] == "KeyboardInterrupt", content
-        assert meta["interrupted"] is True and meta["reason"] == "signal", meta
+        assert content["status"] == "error", content
+        assert content["ename"] == "KeyboardInterrupt", content
+        assert meta["interrupted"] is True, meta
+        assert meta["reason"] == "signal", meta
         assert line_at(kc, meta["stopped_at"]) == REGEX
         assert execute(kc, "assert before_regex == 42")["content"]["status"] == "ok"
 
@@ -351,7 +313,8 @@ def test_regex_worker_mode_cannot_be_stopped() -> None:
         interrupt_id = send_interrupt(kc, msg_id)
         assert no_reply_within(kc.control_channel, interrupt_id, 3.0), "the kernel answered while the GIL was held?"
         assert km.is_alive()
-        assert kc.is_alive() and kc.hb_channel.is_beating(), "heartbeat stopped answering"
+        assert kc.is_alive(), "heartbeat stopped answering"
+        assert kc.hb_channel.is_beating(), "heartbeat stopped answering"
         km.signal_kernel(signal.SIGINT)
         assert no_reply_within(kc.shell_channel, msg_id, 3.0), "the regex was stopped after all: update the docs"
         assert kc.hb_channel.is_beating()
@@ -376,8 +339,11 @@ def test_gil_holding_call_cannot_be_stopped(mode: str) -> None:
         msg_id = start_gil_holder(kc, GIL_SETUP, GIL_CALL)
         interrupt_id = send_interrupt(kc, msg_id)
         assert no_reply_within(kc.shell_channel, msg_id, 3.0), "the GIL-holding call was stopped: update the docs"
-        assert no_reply_within(kc.control_channel, interrupt_id, 0.5), "the Control thread answered while the GIL was held"
+        assert no_reply_within(kc.control_channel, interrupt_id, 0.5), (
+            "the Control thread answered while the GIL was held"
+        )
         assert km.is_alive()
-        assert kc.is_alive() and kc.hb_channel.is_beating(), "heartbeat stopped answering"
+        assert kc.is_alive(), "heartbeat stopped answering"
+        assert kc.hb_channel.is_beating(), "heartbeat stopped answering"
         km.shutdown_kernel(now=True)  # kills the process: it cannot answer a shutdown_request
         assert wait_until(lambda: not km.is_alive(), 10)

@@ -42,13 +42,11 @@ import signal
 import time
 
 import pytest
+from helpers import GRACE, GRACE_ARGS, value_of
 
 from cancelkernel.testing import MODES, control_request, execute, running_kernel
 
 N_CELLS = 520
-# Small grace so that the few long sleeps that get interrupted in worker mode
-# are abandoned quickly.
-GRACE = 0.2
 SEED = int(os.environ.get("CANCELKERNEL_STORM_SEED", "20261129"))  # fixed; override to explore
 DEADLINE = 150.0  # seconds for the whole storm of one mode: only a hang guard
 
@@ -65,7 +63,10 @@ def _cell_code(i: int, rng: random.Random) -> tuple[str, bool]:
         # cell holds itself, acquired again with a timeout (Event.wait would not do: it is cooperative on
         # the exec thread); named per cell, so a cell in the subshell at the same time cannot take it.
         lock = f"_storm_lock_{i}"
-        work = f"{lock} = threading.Lock(); {lock}.acquire(); {lock}.acquire(timeout={rng.uniform(GRACE + 0.1, GRACE + 0.3):.3f})"
+        work = (
+            f"{lock} = threading.Lock(); {lock}.acquire(); "
+            f"{lock}.acquire(timeout={rng.uniform(GRACE + 0.1, GRACE + 0.3):.3f})"
+        )
     else:
         work = f"time.sleep({rng.uniform(GRACE + 0.1, GRACE + 0.3):.3f})"
     printing = rng.random() < 0.3
@@ -94,7 +95,14 @@ class _Storm:
 
     def send_cell(self, i: int) -> str:
         code, printing = _cell_code(i, self.rng)
-        content = {"code": code, "silent": False, "store_history": False, "user_expressions": {}, "allow_stdin": False, "stop_on_error": False}
+        content = {
+            "code": code,
+            "silent": False,
+            "store_history": False,
+            "user_expressions": {},
+            "allow_stdin": False,
+            "stop_on_error": False,
+        }
         msg = self.kc.session.msg("execute_request", content)
         if self.subshell is not None and self.rng.random() < 1 / 3:
             msg["header"]["subshell_id"] = self.subshell
@@ -196,78 +204,27 @@ def _run_storm(kc, rng: random.Random, subshell: str | None = None, cells: int =
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("with_subshell", [False, True], ids=["parent", "subshell"])
 def test_interrupt_storm(mode: str, with_subshell: bool) -> None:
-    """500+ cells (260 with a subshell in the mix), interrupts at random moments: every cell answered once, only hit cells interrupted."""
-    print(f"\ninterrupt storm: mode={mode} subshell={with_subshell} seed={SEED} (set CANCELKERNEL_STORM_SEED={SEED} to replay)")
+    """500+ cells (260 with a subshell in the mix), interrupts at random moments:
+    every cell answered once, only hit cells interrupted."""
+    print(
+        f"\ninterrupt storm: mode={mode} subshell={with_subshell} seed={SEED} "
+        f"(set CANCELKERNEL_STORM_SEED={SEED} to replay)"
+    )
     rng = random.Random(SEED)
-    with running_kernel(mode, extra_arguments=[f"--CancelKernel.interrupt_grace={GRACE}"]) as (km, kc):
+    with running_kernel(mode, extra_arguments=GRACE_ARGS) as (km, kc):
         assert execute(kc, "import threading, time\n_storm_done = []")["content"]["status"] == "ok"
         subshell = control_request(kc, "create_subshell_request")["content"]["subshell_id"] if with_subshell else None
         storm = _run_storm(kc, rng, subshell, N_CELLS // 2 if with_subshell else N_CELLS)
 
-        # -- every cell got exactly one reply, and nothing else was answered
-        missing = [m for m in storm.cells if not storm.replies.get(m)]
-        doubled = {m: len(r) for m, r in storm.replies.items() if len(r) > 1}
-        assert not missing, f"{len(missing)} of {len(storm.cells)} cells never got an execute_reply (seed {SEED})"
-        assert not doubled, f"cells answered more than once: {doubled} (seed {SEED})"
-        assert not [m for m in storm.stray_shell if m["msg_type"] == "execute_reply"], "replies to unknown requests"
-
-        # -- every interrupt was answered; none aimed at an ended execution hit anything
-        unanswered = [k for k, v in storm.interrupts.items() if v["reply"] is None]
-        assert not unanswered, f"{len(unanswered)} interrupt_requests got no interrupt_reply (seed {SEED})"
-        hit: set[str] = set()
-        for info in storm.interrupts.values():
-            content = info["reply"]["content"]
-            assert content["status"] == "ok", content
-            if info["kind"] == "ended":
-                assert content["interrupted"] is False, f"an interrupt for an ended execution hit something: {content}"
-                assert content["pending"] is False, f"an interrupt for an ended execution was kept for later: {content}"
-            if content["interrupted"]:
-                assert content["execution"] in storm.cells and set(content["executions"]) <= set(storm.cells), content
-                if info["target"] is not None:
-                    assert content["executions"] == [info["target"]], content
-                hit.update(content["executions"])
-            elif content.get("pending"):
-                hit.add(info["target"])  # named before it started: it is cancelled when it does
-
-        # -- only hit cells report KeyboardInterrupt; every other cell is ok
-        index = {m: i for i, m in enumerate(storm.cells)}
-        ok_cells: set[int] = set()
-        interrupted_cells: set[int] = set()
-        for msg_id in storm.cells:
-            reply = storm.replies[msg_id][0]
-            content, meta = reply["content"], reply["metadata"].get("cancelkernel") or {}
-            assert meta.get("msg_id") == msg_id, f"reply metadata names another execution: {meta}"
-            if content["status"] == "ok":
-                ok_cells.add(index[msg_id])
-                assert meta.get("interrupted") is False, meta
-                continue
-            assert content["status"] == "error", content
-            assert content["ename"] == "KeyboardInterrupt", f"cell {index[msg_id]}: {content['ename']}: {content['evalue']}"
-            assert msg_id in hit, (
-                f"cell {index[msg_id]} ({msg_id}) reports KeyboardInterrupt but no interrupt_reply named it "
-                f"(a stray interrupt; seed {SEED}): {content['evalue']}"
-            )
-            assert meta.get("interrupted") is True and meta.get("reason") == "request", meta
-            interrupted_cells.add(index[msg_id])
-        for err in storm.errors:
-            parent = err["parent_header"].get("msg_id")
-            assert parent in hit, f"an error was published for a cell that was not hit: {parent} {err['content'].get('ename')}"
-
-        # -- the kernel is alive, and its state is what the replies say
+        _check_one_reply_each(storm)
+        hit = _check_interrupt_replies(storm)
+        ok_cells, interrupted_cells = _check_only_hit_cells_interrupted(storm, hit)
         assert km.is_alive()
-        reply = execute(kc, "", user_expressions={"done": "_storm_done"})
-        assert reply["content"]["status"] == "ok", reply["content"]
-        done = eval(reply["content"]["user_expressions"]["done"]["data"]["text/plain"])  # a list of ints
-        assert len(done) == len(set(done)), "a cell ran its last statement twice"
-        assert ok_cells <= set(done), f"ok cells whose last statement never ran: {sorted(ok_cells - set(done))[:20]}"
-        finished_but_interrupted = set(done) - ok_cells
-        assert finished_but_interrupted <= interrupted_cells, sorted(finished_but_interrupted - interrupted_cells)
-        # The counter (cells that ran to their last statement) equals the ok replies, plus hit
-        # cells whose interrupt arrived after their last statement.
-        counter = execute(kc, "", user_expressions={"n": "len(_storm_done)"})["content"]["user_expressions"]["n"]
-        assert int(counter["data"]["text/plain"]) == len(ok_cells) + len(finished_but_interrupted)
+        finished_but_interrupted = _check_kernel_state(kc, ok_cells, interrupted_cells)
 
-        kinds = {k: sum(1 for v in storm.interrupts.values() if v["kind"] == k) for k in ("ended", "current", "untargeted")}
+        kinds = {
+            k: sum(1 for v in storm.interrupts.values() if v["kind"] == k) for k in ("ended", "current", "untargeted")
+        }
         print(
             f"mode={mode} seed={SEED}: {len(storm.cells)} cells, {len(storm.interrupts)} interrupts {kinds}, "
             f"{len(hit)} hit, {len(interrupted_cells)} cells interrupted, {len(ok_cells)} ok, "
@@ -275,19 +232,95 @@ def test_interrupt_storm(mode: str, with_subshell: bool) -> None:
             f"{len(hit) - len(interrupted_cells)} hit but finished ok",
             flush=True,
         )
+        _check_output_attributed(storm, ok_cells)
 
-        # -- printed output reached iopub, attributed to the cell that printed it
-        seen: dict[int, list[str]] = {}
-        for msg in storm.streams:
-            for line in msg["content"]["text"].splitlines():
-                if line.startswith("storm-cell-"):
-                    seen.setdefault(int(line.rsplit("-", 1)[1]), []).append(msg["parent_header"].get("msg_id"))
-        for number, parents in seen.items():
-            assert parents == [storm.cells[number]], f"output of cell {number} attributed to {parents}"
-        for number in storm.printing.values():
-            if number in ok_cells:
-                assert number in seen, f"ok cell {number} printed, but its output never reached iopub"
 
+def _check_one_reply_each(storm: _Storm) -> None:
+    """Every cell got exactly one reply, and nothing else was answered."""
+    missing = [m for m in storm.cells if not storm.replies.get(m)]
+    doubled = {m: len(r) for m, r in storm.replies.items() if len(r) > 1}
+    assert not missing, f"{len(missing)} of {len(storm.cells)} cells never got an execute_reply (seed {SEED})"
+    assert not doubled, f"cells answered more than once: {doubled} (seed {SEED})"
+    assert not [m for m in storm.stray_shell if m["msg_type"] == "execute_reply"], "replies to unknown requests"
+
+
+def _check_interrupt_replies(storm: _Storm) -> set[str]:
+    """Every interrupt was answered; none aimed at an ended execution hit anything.  The cells hit."""
+    unanswered = [k for k, v in storm.interrupts.items() if v["reply"] is None]
+    assert not unanswered, f"{len(unanswered)} interrupt_requests got no interrupt_reply (seed {SEED})"
+    hit: set[str] = set()
+    for info in storm.interrupts.values():
+        content = info["reply"]["content"]
+        assert content["status"] == "ok", content
+        if info["kind"] == "ended":
+            assert content["interrupted"] is False, f"an interrupt for an ended execution hit something: {content}"
+            assert content["pending"] is False, f"an interrupt for an ended execution was kept for later: {content}"
+        if content["interrupted"]:
+            assert content["execution"] in storm.cells, content
+            assert set(content["executions"]) <= set(storm.cells), content
+            if info["target"] is not None:
+                assert content["executions"] == [info["target"]], content
+            hit.update(content["executions"])
+        elif content.get("pending"):
+            hit.add(info["target"])  # named before it started: it is cancelled when it does
+    return hit
+
+
+def _check_only_hit_cells_interrupted(storm: _Storm, hit: set[str]) -> tuple[set[int], set[int]]:
+    """Only hit cells report KeyboardInterrupt; every other cell is ok.  (ok cells, interrupted cells) by number."""
+    index = {m: i for i, m in enumerate(storm.cells)}
+    ok_cells: set[int] = set()
+    interrupted_cells: set[int] = set()
+    for msg_id in storm.cells:
+        reply = storm.replies[msg_id][0]
+        content, meta = reply["content"], reply["metadata"].get("cancelkernel") or {}
+        assert meta.get("msg_id") == msg_id, f"reply metadata names another execution: {meta}"
+        if content["status"] == "ok":
+            ok_cells.add(index[msg_id])
+            assert meta.get("interrupted") is False, meta
+            continue
+        assert content["status"] == "error", content
+        assert content["ename"] == "KeyboardInterrupt", f"cell {index[msg_id]}: {content['ename']}: {content['evalue']}"
+        assert msg_id in hit, (
+            f"cell {index[msg_id]} ({msg_id}) reports KeyboardInterrupt but no interrupt_reply named it "
+            f"(a stray interrupt; seed {SEED}): {content['evalue']}"
+        )
+        assert meta.get("interrupted") is True, meta
+        assert meta.get("reason") == "request", meta
+        interrupted_cells.add(index[msg_id])
+    for err in storm.errors:
+        parent = err["parent_header"].get("msg_id")
+        assert parent in hit, (
+            f"an error was published for a cell that was not hit: {parent} {err['content'].get('ename')}"
+        )
+    return ok_cells, interrupted_cells
+
+
+def _check_kernel_state(kc, ok_cells: set[int], interrupted_cells: set[int]) -> set[int]:
+    """The kernel's state is what the replies say.  The hit cells that still ran their last statement."""
+    done = eval(value_of(kc, "_storm_done"))  # a list of ints
+    assert len(done) == len(set(done)), "a cell ran its last statement twice"
+    assert ok_cells <= set(done), f"ok cells whose last statement never ran: {sorted(ok_cells - set(done))[:20]}"
+    finished_but_interrupted = set(done) - ok_cells
+    assert finished_but_interrupted <= interrupted_cells, sorted(finished_but_interrupted - interrupted_cells)
+    # The counter (cells that ran to their last statement) equals the ok replies, plus hit
+    # cells whose interrupt arrived after their last statement.
+    assert int(value_of(kc, "len(_storm_done)")) == len(ok_cells) + len(finished_but_interrupted)
+    return finished_but_interrupted
+
+
+def _check_output_attributed(storm: _Storm, ok_cells: set[int]) -> None:
+    """Printed output reached iopub, attributed to the cell that printed it."""
+    seen: dict[int, list[str]] = {}
+    for msg in storm.streams:
+        for line in msg["content"]["text"].splitlines():
+            if line.startswith("storm-cell-"):
+                seen.setdefault(int(line.rsplit("-", 1)[1]), []).append(msg["parent_header"].get("msg_id"))
+    for number, parents in seen.items():
+        assert parents == [storm.cells[number]], f"output of cell {number} attributed to {parents}"
+    for number in storm.printing.values():
+        if number in ok_cells:
+            assert number in seen, f"ok cell {number} printed, but its output never reached iopub"
 
 
 SIGINT_CELLS = 300
@@ -307,42 +340,9 @@ def test_sigint_storm(mode: str) -> None:
     seed = SEED + 1
     print(f"\nSIGINT storm: mode={mode} seed={seed}")
     rng = random.Random(seed)
-    with running_kernel(mode, extra_arguments=[f"--CancelKernel.interrupt_grace={GRACE}"]) as (km, kc):
+    with running_kernel(mode, extra_arguments=GRACE_ARGS) as (km, kc):
         assert execute(kc, "import time\n_sig_done = []")["content"]["status"] == "ok"
-        cells: list[str] = []
-        sent: dict[str, float] = {}
-        replies: dict[str, list[tuple[float, dict]]] = {}
-        signals: list[float] = []
-        deadline = time.monotonic() + DEADLINE
-
-        def pump(timeout: float) -> None:
-            try:
-                msg = kc.shell_channel.get_msg(timeout=timeout)
-            except queue.Empty:
-                return
-            parent = msg["parent_header"].get("msg_id")
-            replies.setdefault(parent, []).append((time.monotonic(), msg))
-
-        for i in range(SIGINT_CELLS):
-            assert time.monotonic() < deadline, f"SIGINT storm did not finish in {DEADLINE} s (seed {seed})"
-            seconds = rng.uniform(0.0, 0.02)
-            if i % 2:
-                work = f"time.sleep({seconds:.5f})"
-            else:
-                work = f"_t = time.perf_counter() + {seconds:.5f}\nwhile time.perf_counter() < _t:\n    pass"
-            msg_id = kc.execute(f"{work}\n_sig_done.append({i})", stop_on_error=False, store_history=False)
-            cells.append(msg_id)
-            sent[msg_id] = time.monotonic()
-            if rng.random() < 0.6:
-                time.sleep(rng.uniform(0.0, 0.025))
-                signals.append(time.monotonic())
-                km.signal_kernel(signal.SIGINT)
-            wait_until = time.monotonic() + 10
-            while msg_id not in replies and time.monotonic() < wait_until:
-                pump(0.5)
-        end = time.monotonic() + 0.5
-        while time.monotonic() < end:
-            pump(0.1)
+        cells, sent, replies, signals = _run_sigint_storm(km, kc, rng, seed)
 
         missing = [i for i, m in enumerate(cells) if m not in replies]
         assert not missing, f"{len(missing)} cells never got an execute_reply: {missing[:20]} (seed {seed})"
@@ -358,13 +358,57 @@ def test_sigint_storm(mode: str) -> None:
                 continue
             assert content["ename"] == "KeyboardInterrupt", (i, content["ename"], content["evalue"])
             assert any(sent[msg_id] <= s <= received for s in signals), f"cell {i} interrupted with no SIGINT in flight"
-            assert meta["interrupted"] is True and meta["reason"] == "signal", meta
+            assert meta["interrupted"] is True, meta
+            assert meta["reason"] == "signal", meta
             interrupted.add(i)
         assert km.is_alive()
-        reply = execute(kc, "", user_expressions={"done": "_sig_done"})
-        done = eval(reply["content"]["user_expressions"]["done"]["data"]["text/plain"])
+        done = eval(value_of(kc, "_sig_done"))
         assert len(done) == len(set(done)), "a cell ran its last statement twice"
         assert ok_cells <= set(done)
         assert set(done) - ok_cells <= interrupted
         assert execute(kc, "1")["content"]["status"] == "ok"
-        print(f"mode={mode}: {len(cells)} cells, {len(signals)} SIGINTs, {len(interrupted)} interrupted, {len(ok_cells)} ok")
+        print(
+            f"mode={mode}: {len(cells)} cells, {len(signals)} SIGINTs, {len(interrupted)} interrupted, "
+            f"{len(ok_cells)} ok"
+        )
+
+
+def _run_sigint_storm(
+    km, kc, rng: random.Random, seed: int
+) -> tuple[list[str], dict[str, float], dict[str, list[tuple[float, dict]]], list[float]]:
+    """SIGINT_CELLS cells, one at a time, SIGINTs at random moments: (cells, sent at, replies, SIGINTs sent at)."""
+    cells: list[str] = []
+    sent: dict[str, float] = {}
+    replies: dict[str, list[tuple[float, dict]]] = {}
+    signals: list[float] = []
+    deadline = time.monotonic() + DEADLINE
+
+    def pump(timeout: float) -> None:
+        try:
+            msg = kc.shell_channel.get_msg(timeout=timeout)
+        except queue.Empty:
+            return
+        parent = msg["parent_header"].get("msg_id")
+        replies.setdefault(parent, []).append((time.monotonic(), msg))
+
+    for i in range(SIGINT_CELLS):
+        assert time.monotonic() < deadline, f"SIGINT storm did not finish in {DEADLINE} s (seed {seed})"
+        seconds = rng.uniform(0.0, 0.02)
+        if i % 2:
+            work = f"time.sleep({seconds:.5f})"
+        else:
+            work = f"_t = time.perf_counter() + {seconds:.5f}\nwhile time.perf_counter() < _t:\n    pass"
+        msg_id = kc.execute(f"{work}\n_sig_done.append({i})", stop_on_error=False, store_history=False)
+        cells.append(msg_id)
+        sent[msg_id] = time.monotonic()
+        if rng.random() < 0.6:
+            time.sleep(rng.uniform(0.0, 0.025))
+            signals.append(time.monotonic())
+            km.signal_kernel(signal.SIGINT)
+        wait_until = time.monotonic() + 10
+        while msg_id not in replies and time.monotonic() < wait_until:
+            pump(0.5)
+    end = time.monotonic() + 0.5
+    while time.monotonic() < end:
+        pump(0.1)
+    return cells, sent, replies, signals

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import time
+from helpers import GRACE_ARGS, value_of
 
 from cancelkernel import protocol
 from cancelkernel.testing import (
-    REPLY_TIMEOUT,
-    control_request,
+    cancel_status,
     execute,
     interrupt,
     running_kernel,
@@ -15,29 +14,8 @@ from cancelkernel.testing import (
     wait_no_abandoned_threads,
     wait_reply,
     wait_running,
+    wait_state,
 )
-
-GRACE = ["--CancelKernel.interrupt_grace=0.5"]
-
-
-def value(kc, expression: str) -> str:
-    return str(execute(kc, "", user_expressions={"v": expression})["content"]["user_expressions"]["v"]["data"]["text/plain"])
-
-
-def status(kc) -> dict:
-    return control_request(kc, "cancel_status_request")["content"]
-
-
-def wait_state(kc, msg_id: str, state: str, timeout: float = REPLY_TIMEOUT) -> dict:
-    """The status once the execution `msg_id` is in `state` (polled: the kernel decides after the grace)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        now = status(kc)
-        if now["execution"] and now["execution"]["msg_id"] == msg_id and now["execution"]["state"] == state:
-            return now
-        assert time.monotonic() < deadline, f"{msg_id} never {state}: {now['execution']}"
-        time.sleep(0.02)
-
 
 SWALLOWING_SLEEPER = """counter = [0]
 while True:
@@ -50,14 +28,16 @@ while True:
 
 
 def test_a_cell_that_swallows_interrupts_around_sleep_is_unresponsive_not_abandoned() -> None:
-    with running_kernel("worker", extra_arguments=GRACE) as (km, kc):
+    with running_kernel("worker", extra_arguments=GRACE_ARGS) as (km, kc):
         execute(kc, "import time")
         cell = send_execute(kc, SWALLOWING_SLEEPER)
         wait_running(kc, cell, at="time.sleep(0.05)")  # inside the try
         assert interrupt(kc, cell)["interrupted"]
-        now = wait_state(kc, cell, protocol.STATE_UNRESPONSIVE)  # past the grace, the kernel has decided
-        assert now["abandoned_threads"] == []  # it runs Python code: not ours to replace, the client escalates
-        assert [e["msg_id"] for e in status(kc)["executions"]] == [cell] and status(kc)["abandoned_threads"] == []
+        wait_state(kc, cell, protocol.STATE_UNRESPONSIVE)  # past the grace, the kernel has decided
+        # It runs Python code: not ours to replace, the client escalates
+        assert cancel_status(kc)["abandoned_threads"] == []
+        assert [e["msg_id"] for e in cancel_status(kc)["executions"]] == [cell]
+        assert cancel_status(kc)["abandoned_threads"] == []
         km.restart_kernel(now=True)  # what the agent client does next
 
 
@@ -77,17 +57,19 @@ while True:
 
 
 def test_an_abandoned_thread_that_gets_back_to_python_is_stopped_there() -> None:
-    with running_kernel("worker", extra_arguments=GRACE) as (_, kc):
+    with running_kernel("worker", extra_arguments=GRACE_ARGS) as (_, kc):
         execute(kc, "import os, threading, time\npr, pw = os.pipe()")
         cell = send_execute(kc, RETURNS_TO_PYTHON)
         wait_running(kc, cell, at="os.read(pr, 1)")
         interrupt(kc, cell)
         reply = wait_reply(kc, cell)  # blocked in C past the grace: abandoned and replaced
         assert reply["metadata"]["cancelkernel"]["abandoned_thread"]
-        listed = status(kc)["abandoned_threads"]
+        listed = cancel_status(kc)["abandoned_threads"]
         assert [t["name"] for t in listed] == [reply["metadata"]["cancelkernel"]["abandoned_thread"]]
-        assert listed[0]["since"] > 0 and listed[0]["blocked_at"].endswith(":3 in <module>"), listed  # at the read
+        # At the read
+        assert listed[0]["since"] > 0, listed
+        assert listed[0]["blocked_at"].endswith(":3 in <module>"), listed
         # The read returns: the thread is back in the cell's Python code, where it must be stopped at once.
         assert execute(kc, "os.write(pw, b'x')")["content"]["status"] == "ok"
         wait_no_abandoned_threads(kc)  # it unwound and exited (had it run the loop, it would never end)
-        assert int(value(kc, "counter[0]")) == 0  # it never ran the loop: stopped at once
+        assert int(value_of(kc, "counter[0]")) == 0  # it never ran the loop: stopped at once

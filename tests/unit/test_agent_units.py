@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 
 import pytest
 
 from cancelkernel.agent import AgentKernel, BadInputError, CellResult, read_log
+from cancelkernel.agent.budgets import check_budget
 from cancelkernel.agent.checkpoints import Checkpoints
-from cancelkernel.agent.detect import Tripwire, check_budget
 from cancelkernel.agent.history import RuntimeHistory, cell_key
 from cancelkernel.agent.log import InterventionLog
 from cancelkernel.agent.outputs import DisplayRegistry, OutputCollector
+from cancelkernel.agent.tripwire import Tripwire
 from cancelkernel.testing.clock import Clock
 
 
@@ -82,7 +84,9 @@ def test_outputs_merge_streams_and_clear_with_wait() -> None:
     c.add(_msg("clear_output", wait=True))
     assert len(c.outputs) == 2  # cleared only when the next output arrives
     c.add(_msg("execute_result", data={"text/plain": "1"}, metadata={}, execution_count=3))
-    assert c.outputs == [{"output_type": "execute_result", "data": {"text/plain": "1"}, "metadata": {}, "execution_count": 3}]
+    assert c.outputs == [
+        {"output_type": "execute_result", "data": {"text/plain": "1"}, "metadata": {}, "execution_count": 3}
+    ]
     assert not c.add(_msg("status", execution_state="idle"))
 
 
@@ -102,7 +106,8 @@ def test_output_cap_drops_and_says_so() -> None:
     c.add(_msg("stream", name="stdout", text="y" * 8))
     c.add(_msg("stream", name="stdout", text="z" * 8))
     text = c.outputs[0]["text"]
-    assert text.startswith("x" * 8 + "yy") and "dropped" in text
+    assert text.startswith("x" * 8 + "yy")
+    assert "dropped" in text
     assert c.dropped == 14
 
 
@@ -151,10 +156,17 @@ def test_log_in_a_missing_directory_is_refused(tmp_path: object) -> None:
 
 
 def test_cell_result_is_plain_json() -> None:
-    r = CellResult(status="interrupted", source="while True: pass", outputs=[{"output_type": "stream", "name": "stdout", "text": "hi\n"}],
-                   reason="wall_budget", reason_text="the cell ran past its budget", state="suspect")
+    r = CellResult(
+        status="interrupted",
+        source="while True: pass",
+        outputs=[{"output_type": "stream", "name": "stdout", "text": "hi\n"}],
+        reason="wall_budget",
+        reason_text="the cell ran past its budget",
+        state="suspect",
+    )
     data = json.loads(r.to_json())
-    assert data["status"] == "interrupted" and data["outputs"][0]["text"] == "hi\n"
+    assert data["status"] == "interrupted"
+    assert data["outputs"][0]["text"] == "hi\n"
     assert CellResult.from_dict(data) == r
     assert r.text == "hi\n"
     assert "interrupted" in r.summary()
@@ -162,6 +174,7 @@ def test_cell_result_is_plain_json() -> None:
 
 class _FakeLink:
     kernel_name = "fake"
+    saved = None  # no checkpoint saved before
 
     def __init__(self, features: list[str], reply: dict | None) -> None:
         from cancelkernel.agent.link import KernelInfo
@@ -176,7 +189,13 @@ class _FakeLink:
 
 
 def test_checkpoint_restore_reply_is_read() -> None:
-    reply = {"status": "ok", "action": "restore", "name": "default", "restored": ["a", "b"], "skipped": [{"name": "lock", "reason": "unpicklable"}]}
+    reply = {
+        "status": "ok",
+        "action": "restore",
+        "name": "default",
+        "restored": ["a", "b"],
+        "skipped": [{"name": "lock", "reason": "unpicklable"}],
+    }
     link = _FakeLink(["checkpoint"], reply)
     cp = Checkpoints(link)  # type: ignore[arg-type]
     restored = cp.restore_latest()
@@ -185,11 +204,28 @@ def test_checkpoint_restore_reply_is_read() -> None:
     assert restored.skipped[0]["reason"] == "unpicklable"
 
 
+def test_checkpoint_save_reply_has_the_names_under_saved_names() -> None:
+    today = {
+        "status": "ok",
+        "action": "save",
+        "name": "default",
+        "saved": 1700000000.0,
+        "names": 2,
+        "saved_names": ["a", "b"],
+    }
+    # Our kernels before `saved` was a time
+    before = {"status": "ok", "action": "save", "name": "default", "saved": ["a", "b"]}
+    assert Checkpoints(_FakeLink(["checkpoint"], today)).save() == today  # type: ignore[arg-type]
+    moved = Checkpoints(_FakeLink(["checkpoint"], before)).save()  # type: ignore[arg-type]
+    assert moved == {"status": "ok", "action": "save", "name": "default", "saved_names": ["a", "b"], "names": 2}
+
+
 def test_checkpoint_absent_or_failing_means_lost() -> None:
     assert Checkpoints(_FakeLink([], None)).restore_latest().state == "lost"  # type: ignore[arg-type]
     failing = _FakeLink(["checkpoint"], {"status": "error", "ename": "CheckpointError", "evalue": "no checkpoint"})
     restored = Checkpoints(failing).restore_latest()  # type: ignore[arg-type]
-    assert restored.state == "lost" and "no checkpoint" in (restored.note or "")
+    assert restored.state == "lost"
+    assert "no checkpoint" in (restored.note or "")
 
 
 # -- bad input: a clear error, nothing started, nothing written --
@@ -256,3 +292,76 @@ def test_cli_exec_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert exec_main([]) == 2
     assert exec_main(["/nonexistent/file.py"]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_kernel_info_says_whether_a_cell_runs_on_the_main_shell() -> None:
+    from cancelkernel.agent.link import KernelInfo
+
+    def ours(state: str, executions: list[dict]) -> KernelInfo:
+        ext = {"version": "1.0", "features": [], "executions": executions}
+        return KernelInfo.from_reply(
+            {"supported_features": ["cancelkernel"], "cancelkernel": ext, "execution_state": state}
+        )
+
+    main = {"msg_id": "m1", "subshell_id": None, "elapsed": 12.34, "state": "running"}
+    sub = {"msg_id": "s1", "subshell_id": "x", "elapsed": 1.0, "state": "cancelling"}
+    assert ours("busy", [main, sub]).busy
+    assert ours("busy", [main]).running_text() == "m1 (12.3 s, running)"
+    assert not ours("idle", [sub]).busy  # a subshell's cell does not hold the main shell
+    assert not ours("busy", []).busy  # between a cell's reply and its idle: nothing to wait behind
+    assert KernelInfo.from_reply({"execution_state": "busy"}).busy  # another kernel: its own word
+    assert not KernelInfo.from_reply({"execution_state": "idle"}).busy
+    assert not KernelInfo.from_reply({}).busy
+    assert KernelInfo.from_reply({}).execution_state is None
+
+
+def test_a_submission_calls_back_once_when_done_and_at_once_after() -> None:
+    from cancelkernel.agent.submission import Submission
+
+    release, calls = threading.Event(), []
+    sub = Submission(lambda watch: CellResult(status="ok" if release.wait(30) else "error", source="1"), lambda: None)
+    sub.when_done(lambda: calls.append("before"))
+    assert calls == []
+    assert not sub.done
+    release.set()
+    assert sub.wait(30)
+    assert calls == ["before"]  # called on the cell's thread before wait() returned
+    sub.when_done(lambda: calls.append("after"))
+    assert calls == ["before", "after"]
+
+
+def test_a_failing_done_callback_does_not_keep_the_others_waiting() -> None:
+    from cancelkernel.agent.submission import Submission
+
+    release, calls = threading.Event(), []
+    sub = Submission(lambda watch: CellResult(status="ok" if release.wait(30) else "error", source="1"), lambda: None)
+    sub.when_done(lambda: 1 / 0)
+    sub.when_done(lambda: calls.append("second"))
+    release.set()
+    assert sub.wait(30)
+    assert sub.result(0).status == "ok"
+    assert calls == ["second"]
+
+
+def test_websocket_header_dates_are_jupyter_clients() -> None:
+    import warnings
+
+    from jupyter_client.session import Session, extract_dates
+
+    from cancelkernel.agent.transport.websocket import _with_dates
+
+    session = Session(key=b"")
+    msg = session.msg("status", {}, parent=session.msg("execute_request", {})["header"])
+    headers = [
+        session.unpack(session.pack(msg["header"])),
+        session.unpack(session.pack(msg["parent_header"])),
+        {},
+        {"date": "2026-12-01T10:00:00+02:00", "nested": {"d": "2026-12-01T10:00:00Z"}, "dates": ["2026-12-01T10:00Z"]},
+        {"msg_id": "2026-12-01T10:00:00Z-like", "x": "2026-12-01Tnot a date", "n": 3, "none": None},
+        {"naive": "2026-12-01T10:00:00.5"},
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a naive date is read as local time, with a DeprecationWarning
+        for header in headers:
+            assert _with_dates(header) == extract_dates(header)
+            assert [type(v) for v in _with_dates(header).values()] == [type(v) for v in extract_dates(header).values()]

@@ -93,12 +93,16 @@ def test_data_round_trip(cdir):
         assert out[key] == ns[key], key
         assert type(out[key]) is type(ns[key]), key
     assert out["arr"].typecode == "d"
-    assert out["mv"].tolist() == ns["mv"].tolist() and not out["mv"].readonly
-    assert out["mv2d"].shape == (4, 6) and out["mv2d"].tolist() == ns["mv2d"].tolist()
-    assert out["ro"].readonly and out["ro"].tobytes() == b"readonly"
+    assert out["mv"].tolist() == ns["mv"].tolist()
+    assert not out["mv"].readonly
+    assert out["mv2d"].shape == (4, 6)
+    assert out["mv2d"].tolist() == ns["mv2d"].tolist()
+    assert out["ro"].readonly
+    assert out["ro"].tobytes() == b"readonly"
     # Large buffers get files of their own; small values share one.
     files = sorted(os.listdir(data_dir(cdir)))
-    assert "small.pkl" in files and len(files) >= 4
+    assert "small.pkl" in files
+    assert len(files) >= 4
 
 
 def test_prepare_imports_what_the_values_need_and_unpickles_nothing(cdir, tmp_path, monkeypatch):
@@ -113,8 +117,10 @@ def test_prepare_imports_what_the_values_need_and_unpickles_nothing(cdir, tmp_pa
     assert "ck_prep_things" in entry(cdir, "rows")["imports"]
     del sys.modules["ck_prep_things"]
     name, imported, failed = checkpoint.prepare(cdir)
-    assert name == "default" and failed == []
-    assert set(imported) == {"ck_prep_things", "json"} and "ck_prep_things" in sys.modules
+    assert name == "default"
+    assert failed == []
+    assert set(imported) == {"ck_prep_things", "json"}
+    assert "ck_prep_things" in sys.modules
     os.chmod(os.path.join(cdir, "default"), 0o777)  # an untrusted checkpoint: refused before anything is imported
     del sys.modules["ck_prep_things"]
     with pytest.raises(checkpoint.UntrustedCheckpoint):
@@ -227,13 +233,17 @@ def test_cell_functions_classes_and_instances(cdir):
     report = checkpoint.restore(out, cdir)
     assert not report.skipped, report.summary()
     assert out["make"](2).triple() == 6
-    assert out["obj"].double() == 14 and out["obj"].triple() == 21
-    assert type(out["obj"]) is out["Child"] and issubclass(out["Child"], out["Base"])
+    assert out["obj"].double() == 14
+    assert out["obj"].triple() == 21
+    assert type(out["obj"]) is out["Child"]
+    assert issubclass(out["Child"], out["Base"])
     assert out["pts"] == [out["Point"](1, 2), out["Point"](3, 0)]
-    assert out["inner"].value() == "inner" and type(out["inner"]) is out["Outer"].Inner
+    assert out["inner"].value() == "inner"
+    assert type(out["inner"]) is out["Outer"].Inner
     assert out["square"](5) == 25
     assert out["alias"] is out["make"]
-    assert out["callbacks"]["make"] is out["make"] and out["callbacks"]["cls"] is out["Child"]
+    assert out["callbacks"]["make"] is out["make"]
+    assert out["callbacks"]["cls"] is out["Child"]
     assert out["cached"](1) == 2
     # What came back from source can be saved again (its source is still findable).
     again = checkpoint.save(out, cdir, "again")
@@ -253,7 +263,8 @@ def test_definitions_restore_in_dependency_order(cdir):
     out = fresh()
     report = checkpoint.restore(out, cdir)
     assert not report.skipped, report.summary()
-    assert out["c"].tag == "base" and issubclass(out["Child"], out["Base"])
+    assert out["c"].tag == "base"
+    assert issubclass(out["Child"], out["Base"])
 
 
 def test_definition_needing_data_comes_back_after_the_data(cdir):
@@ -272,7 +283,8 @@ def test_function_alias_whose_original_name_was_rebound(cdir):
     checkpoint.save(ns, cdir)
     out = fresh()
     checkpoint.restore(out, cdir)
-    assert out["g"]() == "f" and out["f"] == 5
+    assert out["g"]() == "f"
+    assert out["f"] == 5
 
 
 def test_closures_exec_functions_and_redefined_classes_are_skipped_with_reasons(cdir):
@@ -313,16 +325,20 @@ def test_unpicklable_objects_are_skipped_and_reported(cdir):
     manifest = checkpoint.save(ns, cdir)
     reasons = {s.name: s.reason for s in manifest.skipped}
     assert set(reasons) == {"lock", "gen"}
-    assert "cannot pickle" in reasons["lock"] and "lock" in reasons["lock"]
+    assert "cannot pickle" in reasons["lock"]
+    assert "lock" in reasons["lock"]
     assert "generator" in reasons["gen"]
-    assert entry(cdir, "lock")["status"] == "skipped" and "unpicklable" in entry(cdir, "lock")["reason"]
+    assert entry(cdir, "lock")["status"] == "skipped"
+    assert "unpicklable" in entry(cdir, "lock")["reason"]
     out = fresh()
     report = checkpoint.restore(out, cdir)
     assert report.restored == ["ok"]
     assert {s.name for s in report.skipped} == {"lock", "gen"}
     assert all(s.stage == "save" for s in report.skipped)
     text = report.summary()
-    assert "restored 1 name from" in text and "skipped 2" in text and "lock: not saved: unpicklable" in text
+    assert "restored 1 name from" in text
+    assert "skipped 2" in text
+    assert "lock: not saved: unpicklable" in text
 
 
 def test_ipython_names_are_left_out():
@@ -431,11 +447,13 @@ def test_write_error_fails_cleanly_and_keeps_the_previous(cdir, monkeypatch):
         checkpoint.save(ns, cdir)
     monkeypatch.undo()
     text = str(info.value)
-    assert "No space left on device" in text and "previous checkpoint 'default' is intact" in text
+    assert "No space left on device" in text
+    assert "previous checkpoint 'default' is intact" in text
     assert sorted(os.listdir(os.path.join(cdir, "default"))) == sorted(before)  # the failed save left nothing behind
     out = fresh()
     checkpoint.restore(out, cdir)
-    assert out["a"] == 1 and len(out["big"]) == 2_000_000
+    assert out["a"] == 1
+    assert len(out["big"]) == 2_000_000
 
 
 def test_leftovers_of_a_killed_save_are_ignored_then_removed(cdir):
@@ -522,8 +540,13 @@ def test_group_writable_checkpoint_is_refused(cdir, which):
     with pytest.raises(UntrustedCheckpoint) as info:
         checkpoint.restore(out, cdir)
     text = str(info.value)
-    assert "refusing to restore" in text and "writable by group" in text and path in text and "chmod go-w" in text
-    assert "a" not in out and "big" not in out  # nothing loaded
+    assert "refusing to restore" in text
+    assert "writable by group" in text
+    assert path in text
+    assert "chmod go-w" in text
+    # Nothing loaded
+    assert "a" not in out
+    assert "big" not in out
 
 
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="chown to another user needs root")
@@ -540,7 +563,8 @@ def test_foreign_owned_checkpoint_is_refused(cdir, which):
     out = fresh()
     with pytest.raises(UntrustedCheckpoint) as info:
         checkpoint.restore(out, cdir)
-    assert "uid 65534" in str(info.value) and "not by you" in str(info.value)
+    assert "uid 65534" in str(info.value)
+    assert "not by you" in str(info.value)
     assert "a" not in out
 
 
@@ -579,11 +603,17 @@ def test_one_corrupt_variable_file_the_others_come_back(cdir):
         f.write(b"\x00" * eb["size"])
     out = fresh()
     report = checkpoint.restore(out, cdir)
-    assert report.restored == ["a"] and out["a"] == 1
+    assert report.restored == ["a"]
+    assert out["a"] == 1
     reasons = {s.name: s.reason for s in report.skipped}
     assert set(reasons) == {"big1", "big2", "big3", "b"}
-    assert all(r.startswith("damaged:") and s.stage == "restore" for r, s in zip(reasons.values(), report.skipped, strict=False))
-    assert "checksum" in reasons["big1"] and "truncated" in reasons["big2"] and "missing" in reasons["big3"]
+    assert all(
+        r.startswith("damaged:") and s.stage == "restore"
+        for r, s in zip(reasons.values(), report.skipped, strict=False)
+    )
+    assert "checksum" in reasons["big1"]
+    assert "truncated" in reasons["big2"]
+    assert "missing" in reasons["big3"]
     assert "not restored: damaged" in report.summary()
 
 
@@ -601,18 +631,27 @@ def test_large_buffers_leave_the_stream_are_checked_per_chunk_and_come_back(cdir
     checkpoint.save(ns, cdir)
     for name in ("whole", "numbers", "view"):
         e = entry(cdir, name)
-        assert e["layout"] == 2 and len(e["buffers"]) == 1 and e["buffers"][0]["offset"] % 4096 == 0, e
-        assert e["stream"] < 4096 and len(e["buffers"][0]["chunks"]) >= 2
-    assert entry(cdir, "whole")["buffers"][0]["copy"] is True and "copy" not in entry(cdir, "view")["buffers"][0]
-    for name in ("raw", "nested"):  # bytes, and buffers inside containers: in the stream, read straight into their objects
+        assert e["layout"] == 2, e
+        assert len(e["buffers"]) == 1, e
+        assert e["buffers"][0]["offset"] % 4096 == 0, e
+        assert e["stream"] < 4096
+        assert len(e["buffers"][0]["chunks"]) >= 2
+    assert entry(cdir, "whole")["buffers"][0]["copy"] is True
+    assert "copy" not in entry(cdir, "view")["buffers"][0]
+    # Bytes, and buffers inside containers: in the stream, read straight into their objects
+    for name in ("raw", "nested"):
         e = entry(cdir, name)
-        assert e["buffers"] == [] and e["stream"] == e["size"] and len(e["chunks"]) >= 2
+        assert e["buffers"] == []
+        assert e["stream"] == e["size"]
+        assert len(e["chunks"]) >= 2
     out = fresh()
     report = checkpoint.restore(out, cdir)
     assert not report.skipped
     for name in ("whole", "raw", "numbers", "nested"):
-        assert type(out[name]) is type(ns[name]) and out[name] == ns[name], name
-    assert out["view"].tobytes() == ns["view"].tobytes() and not out["view"].readonly
+        assert type(out[name]) is type(ns[name]), name
+        assert out[name] == ns[name], name
+    assert out["view"].tobytes() == ns["view"].tobytes()
+    assert not out["view"].readonly
     out["view"][0] = (out["view"][0] + 1) % 256  # copy-on-write: the checkpoint itself is not changed
     again = fresh()
     checkpoint.restore(again, cdir)
@@ -623,7 +662,9 @@ def test_damage_to_an_out_of_band_buffer_is_found_before_unpickling(cdir, monkey
     monkeypatch.setattr(cbuffers, "CHUNK", 1 << 20)
     monkeypatch.setattr(cbuffers, "STEP", 256 << 10)
     ns = fresh()
-    ns.update(flipped=bytearray(os.urandom(3 << 20)), cut=bytearray(os.urandom(3 << 20)), outside=bytearray(2 << 20), fine=1)
+    ns.update(
+        flipped=bytearray(os.urandom(3 << 20)), cut=bytearray(os.urandom(3 << 20)), outside=bytearray(2 << 20), fine=1
+    )
     checkpoint.save(ns, cdir)
     data = data_dir(cdir)
     flipped = entry(cdir, "flipped")
@@ -645,8 +686,11 @@ def test_damage_to_an_out_of_band_buffer_is_found_before_unpickling(cdir, monkey
     out = fresh()
     report = checkpoint.restore(out, cdir)
     reasons = {s.name: s.reason for s in report.skipped}
-    assert report.restored == ["fine"] and set(reasons) == {"flipped", "cut", "outside"}
-    assert "checksum" in reasons["flipped"] and "truncated" in reasons["cut"] and "outside its file" in reasons["outside"]
+    assert report.restored == ["fine"]
+    assert set(reasons) == {"flipped", "cut", "outside"}
+    assert "checksum" in reasons["flipped"]
+    assert "truncated" in reasons["cut"]
+    assert "outside its file" in reasons["outside"]
 
 
 def test_a_damaged_manifest_is_reported(cdir):
@@ -655,9 +699,11 @@ def test_a_damaged_manifest_is_reported(cdir):
         f.write('{"format": "cancelkernel-checkpoint", "version": 1, "entr')
     with pytest.raises(CorruptCheckpoint) as info:
         checkpoint.restore(fresh(), cdir)
-    assert "damaged" in str(info.value) and "%checkpoint list" in str(info.value)
+    assert "damaged" in str(info.value)
+    assert "%checkpoint list" in str(info.value)
     infos = checkpoint.list_checkpoints(cdir)
-    assert infos[0].problem and "damaged" in infos[0].problem
+    assert infos[0].problem
+    assert "damaged" in infos[0].problem
 
 
 def test_unpickling_error_of_one_value_is_reported(cdir):
@@ -668,8 +714,10 @@ def test_unpickling_error_of_one_value_is_reported(cdir):
     checkpoint.save(ns, cdir)
     out = fresh()
     report = checkpoint.restore(out, cdir)
-    assert "good" in report.restored and out["good"] == 2
-    assert [s.name for s in report.skipped] == ["bad"] and "ValueError" in report.skipped[0].reason
+    assert "good" in report.restored
+    assert out["good"] == 2
+    assert [s.name for s in report.skipped] == ["bad"]
+    assert "ValueError" in report.skipped[0].reason
 
 
 # -- several checkpoints -------------------------------------------------------------
@@ -684,9 +732,11 @@ def test_named_checkpoints_latest_list_and_drop(cdir):
     checkpoint.save(ns, cdir, "two")
     infos = checkpoint.list_checkpoints(cdir)
     assert [(i.name, i.latest) for i in infos] == [("two", True), ("one", False)]
-    assert infos[0].names == 1 and infos[0].problem is None
+    assert infos[0].names == 1
+    assert infos[0].problem is None
     out = fresh()
-    assert checkpoint.restore(out, cdir).name == "two" and out["v"] == "second"
+    assert checkpoint.restore(out, cdir).name == "two"
+    assert out["v"] == "second"
     checkpoint.restore(out, cdir, "one")
     assert out["v"] == "first"
     checkpoint.drop(cdir, "two")
@@ -731,7 +781,8 @@ def test_value_writer_counts_and_spills():
     with tempfile.TemporaryDirectory() as d:
         w = cpickle.ValueWriter(os.path.join(d, "v.pkl"), 10**9, budget)
         w.write(b"x" * 10)
-        assert not w.spilled and w.size == 10
+        assert not w.spilled
+        assert w.size == 10
         w.write(memoryview(bytearray(cpickle.SMALL)))
         assert w.spilled
         w.finish()
@@ -743,7 +794,8 @@ def test_the_sentences_count_in_the_singular_and_the_plural() -> None:
     from cancelkernel.words import plural
 
     assert [plural(n, "name") for n in (0, 1, 2)] == ["0 names", "1 name", "2 names"]
-    assert plural(1, "process") == "1 process" and plural(3, "process") == "3 processes"
+    assert plural(1, "process") == "1 process"
+    assert plural(3, "process") == "3 processes"
     one = Manifest(name="c", path="/p", saved=0.0, entries=[{"name": "x", "status": "saved"}], seconds=0.01, bytes=10)
     assert one.summary().startswith("saved 1 name to checkpoint 'c'"), one.summary()
     two = RestoreReport(name="c", path="/p", saved=0.0, restored=["x", "y"])

@@ -24,7 +24,9 @@ def fake_shell(**user: object) -> types.SimpleNamespace:
     """What the checkpoint code uses of an IPython shell: its namespaces and cell file names."""
     hidden = {"In": [], "Out": {}, "get_ipython": lambda: None}
     ns = {"__name__": "__main__", **hidden, **user}
-    return types.SimpleNamespace(user_ns=ns, user_ns_hidden=dict(hidden), compile=types.SimpleNamespace(_filename_map={}))
+    return types.SimpleNamespace(
+        user_ns=ns, user_ns_hidden=dict(hidden), compile=types.SimpleNamespace(_filename_map={})
+    )
 
 
 @pytest.fixture
@@ -36,23 +38,36 @@ def test_request_round_trip(settings):
     shell = fake_shell(a=1, b=[1, 2])
     cps = ShellCheckpoints(shell, settings)
     saved = handle_checkpoint_request(cps, {"action": "save", "name": "one"})
-    assert saved["status"] == "ok" and saved["action"] == "save" and saved["name"] == "one"
-    assert saved["saved"] == ["a", "b"] and saved["skipped"] == [] and saved["path"].endswith(os.sep + "one")
-    assert saved["directory"] == settings.resolve_directory() and "saved 2 names" in saved["summary"]
+    assert saved["status"] == "ok"
+    assert saved["action"] == "save"
+    assert saved["name"] == "one"
+    assert saved["saved_names"] == ["a", "b"]
+    assert saved["names"] == 2
+    assert saved["skipped"] == []
+    assert saved["path"].endswith(os.sep + "one")
+    assert saved["directory"] == settings.resolve_directory()
+    assert "saved 2 names" in saved["summary"]
     listed = handle_checkpoint_request(cps, {"action": "list"})
-    assert listed["status"] == "ok" and listed["latest"] == "one"
+    assert listed["status"] == "ok"
+    assert listed["latest"] == "one"
     assert [(c["name"], c["latest"], c["names"]) for c in listed["checkpoints"]] == [("one", True, 2)]
     shell.user_ns["a"] = "changed"
     restored = handle_checkpoint_request(cps, {"action": "restore"})
-    assert restored["status"] == "ok" and restored["name"] == "one" and restored["restored"] == ["a", "b"]
+    assert restored["status"] == "ok"
+    assert restored["name"] == "one"
+    assert restored["restored"] == ["a", "b"]
+    # `saved` is one thing in every reply: the time of that save.
+    assert isinstance(saved["saved"], float)
+    assert saved["saved"] == listed["checkpoints"][0]["saved"] == restored["saved"]
     assert shell.user_ns["a"] == 1
     dropped = handle_checkpoint_request(cps, {"action": "drop", "name": "one"})
-    assert dropped["status"] == "ok" and dropped["path"].endswith("one")
+    assert dropped["status"] == "ok"
+    assert dropped["path"].endswith("one")
     assert handle_checkpoint_request(cps, {"action": "list"})["checkpoints"] == []
 
 
 @pytest.mark.parametrize(
-    "content, ename, text",
+    ("content", "ename", "text"),
     [
         ({}, "ValueError", "must be one of save, restore, list, drop"),
         ({"action": "SAVE"}, "ValueError", "must be one of"),
@@ -66,15 +81,20 @@ def test_request_round_trip(settings):
 def test_request_errors(settings, content, ename, text):
     cps = ShellCheckpoints(fake_shell(a=1), settings)
     reply = handle_checkpoint_request(cps, content)
-    assert reply["status"] == "error" and reply["ename"] == ename and text in reply["evalue"]
-    assert reply["traceback"] == [] and reply["action"] == content.get("action")
+    assert reply["status"] == "error"
+    assert reply["ename"] == ename
+    assert text in reply["evalue"]
+    assert reply["traceback"] == []
+    assert reply["action"] == content.get("action")
 
 
 def test_request_with_unexpected_failure_reports_a_traceback(settings, monkeypatch):
     cps = ShellCheckpoints(fake_shell(a=1), settings)
     monkeypatch.setattr(manifests, "list_checkpoints", lambda d: 1 / 0)
     reply = handle_checkpoint_request(cps, {"action": "list"})
-    assert reply["status"] == "error" and reply["ename"] == "ZeroDivisionError" and reply["traceback"]
+    assert reply["status"] == "error"
+    assert reply["ename"] == "ZeroDivisionError"
+    assert reply["traceback"]
 
 
 def test_request_with_content_that_is_not_a_dict(settings):
@@ -94,14 +114,17 @@ def test_directory_getter_overrides_the_settings(settings, tmp_path):
 
 def test_save_before(settings):
     result = save_before(ShellCheckpoints(fake_shell(x=1), settings))
-    assert result["status"] == "ok" and result["name"] == BEFORE_NAME and result["names"] == 1
+    assert result["status"] == "ok"
+    assert result["name"] == BEFORE_NAME
+    assert result["names"] == 1
 
 
 def test_save_before_failure_warns_and_reports(tmp_path, capsys):
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("")
     result = save_before(ShellCheckpoints(fake_shell(x=1), CheckpointSettings(directory=str(blocker))))
-    assert result["status"] == "error" and result["ename"] == "CheckpointWriteError"
+    assert result["status"] == "error"
+    assert result["ename"] == "CheckpointWriteError"
     assert "checkpoint before this cell failed, the cell runs without one" in capsys.readouterr().err
 
 
@@ -111,7 +134,9 @@ def test_autosave_off_by_default_and_only_after_ok(settings):
     settings.autosave = True
     assert maybe_autosave(cps, "error") is None
     result = maybe_autosave(cps, "ok")
-    assert result is not None and result["status"] == "ok" and result["name"] == AUTOSAVE_NAME
+    assert result is not None
+    assert result["status"] == "ok"
+    assert result["name"] == AUTOSAVE_NAME
 
 
 def test_autosave_over_the_limit_is_skipped_quietly(settings, capsys):
@@ -122,18 +147,23 @@ def test_autosave_over_the_limit_is_skipped_quietly(settings, capsys):
     assert maybe_autosave(cps, "ok")["status"] == "ok"  # type: ignore[index]
     shell.user_ns["big"] = bytes(10_000)
     result = maybe_autosave(cps, "ok")
-    assert result is not None and result["status"] == "skipped" and "limit" in result["reason"]
+    assert result is not None
+    assert result["status"] == "skipped"
+    assert "limit" in result["reason"]
     assert capsys.readouterr().err == ""
     assert cps.restore(AUTOSAVE_NAME).restored == ["x"]
 
 
 def test_settings_from_config_and_every_trait_has_help():
-    config = Config({"CheckpointSettings": {"autosave": True, "autosave_limit": 5, "size_limit": 7, "directory": "~/cp"}})
+    config = Config(
+        {"CheckpointSettings": {"autosave": True, "autosave_limit": 5, "size_limit": 7, "directory": "~/cp"}}
+    )
     s = CheckpointSettings(config=config)
     assert (s.autosave, s.autosave_limit, s.size_limit) == (True, 5, 7)
     assert s.resolve_directory() == os.path.expanduser("~/cp")
     for name, trait in CheckpointSettings.class_traits(config=True).items():
-        assert trait.help and len(trait.help) > 20, name
+        assert trait.help, name
+        assert len(trait.help) > 20, name
     defaults = CheckpointSettings()
     assert defaults.autosave is False
 

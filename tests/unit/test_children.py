@@ -15,7 +15,11 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ch
 
 # A child that dies of SIGINT even where this test inherited SIGINT ignored (a shell's background job):
 # a cell's child never inherits that, the kernel handles SIGINT.
-SLEEPER = [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGINT, signal.SIG_DFL); print(flush=True); time.sleep(60)"]
+SLEEPER = [
+    sys.executable,
+    "-c",
+    "import signal, time; signal.signal(signal.SIGINT, signal.SIG_DFL); print(flush=True); time.sleep(60)",
+]
 
 
 def sleeper() -> subprocess.Popen:

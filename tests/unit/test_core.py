@@ -71,11 +71,16 @@ def test_a_targeted_cancel_raises_in_the_execution_thread_only() -> None:
         a, b = LoopThread(c, "a"), LoopThread(c, "b")
         ea, eb = a.begin(), b.begin()
         assert {e.msg_id for e in c.running()} == {"a", "b"}
-        assert c.on_thread(a.thread.ident) is ea and c.find("b") is eb
+        assert c.on_thread(a.thread.ident) is ea
+        assert c.find("b") is eb
         assert c.cancel("b", "request") is eb
         b.join()
-        assert isinstance(b.error, CellInterrupt) and b.error.execution is eb  # the class names its execution
-        assert a.thread.is_alive() and not ea.cancelled  # the other cell runs on
+        # The class names its execution
+        assert isinstance(b.error, CellInterrupt)
+        assert b.error.execution is eb
+        # The other cell runs on
+        assert a.thread.is_alive()
+        assert not ea.cancelled
         c.end(eb)
         a.stop.set()
         a.join()
@@ -110,16 +115,16 @@ def test_an_interrupt_between_statements_is_raised_when_the_window_opens() -> No
 
 
 def test_unknown_reasons_are_refused() -> None:
-    with core() as c:
-        with pytest.raises(ValueError, match="unknown cancel reason"):
-            c.cancel(None, "because")
+    with core() as c, pytest.raises(ValueError, match="unknown cancel reason"):
+        c.cancel(None, "because")
 
 
 def test_the_parent_shell_execution_is_the_untargeted_one() -> None:
     with core() as c:
         sub = c.begin("sub", "", thread_id=1, subshell_id="s1")
         main = c.begin("main", "", thread_id=2)
-        assert c.parent_execution is main and c.running()[0] is main
+        assert c.parent_execution is main
+        assert c.running()[0] is main
         c.end(main)
         assert c.parent_execution is None
         c.end(sub)

@@ -5,15 +5,29 @@ from __future__ import annotations
 import pytest
 
 from cancelkernel import directives as budgets
+from cancelkernel import protocol
 from cancelkernel.directives import BudgetError
 from cancelkernel.durations import MAX_SECONDS, DurationError, parse_duration, refusal
+from cancelkernel.runtime.execution import Budgets
 
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
     [
-        ("30", 30.0), ("30s", 30.0), ("30sec", 30.0), ("1.5m", 90.0), ("2min", 120.0), ("2h", 7200.0), ("500ms", 0.5),
-        ("0", 0.0), (12, 12.0), (0.25, 0.25), ("1e1", 10.0), (".5", 0.5), (" 7 s ", 7.0), ("3S", 3.0),
+        ("30", 30.0),
+        ("30s", 30.0),
+        ("30sec", 30.0),
+        ("1.5m", 90.0),
+        ("2min", 120.0),
+        ("2h", 7200.0),
+        ("500ms", 0.5),
+        ("0", 0.0),
+        (12, 12.0),
+        (0.25, 0.25),
+        ("1e1", 10.0),
+        (".5", 0.5),
+        (" 7 s ", 7.0),
+        ("3S", 3.0),
     ],
 )
 def test_durations(text, seconds):
@@ -21,13 +35,31 @@ def test_durations(text, seconds):
 
 
 @pytest.mark.parametrize(
-    "text", ["-1", "abc", "10 parsecs", "nan", "inf", "", "1e400", True, None, [3], float("inf"), float("nan"), -0.5, 10**400, MAX_SECONDS * 2]
+    "text",
+    [
+        "-1",
+        "abc",
+        "10 parsecs",
+        "nan",
+        "inf",
+        "",
+        "1e400",
+        True,
+        None,
+        [3],
+        float("inf"),
+        float("nan"),
+        -0.5,
+        10**400,
+        MAX_SECONDS * 2,
+    ],
 )
 def test_bad_durations_say_what_to_write(text):
     with pytest.raises(DurationError) as info:
         parse_duration(text, "wall")
     assert str(info.value) == refusal(text, "wall")  # one message for everything refused
-    assert "wall" in str(info.value) and "30s" in str(info.value)
+    assert "wall" in str(info.value)
+    assert "30s" in str(info.value)
 
 
 def test_zero_only_where_allowed():
@@ -62,7 +94,15 @@ def test_timeout_line():
 
 @pytest.mark.parametrize(
     "line",
-    ["%%budget wall", "%%budget wall=-3", "%%budget speed=3", "%%budget checkpoint=after", "%%timeout", "%%timeout 1 2", "%%timeout 0"],
+    [
+        "%%budget wall",
+        "%%budget wall=-3",
+        "%%budget speed=3",
+        "%%budget checkpoint=after",
+        "%%timeout",
+        "%%timeout 1 2",
+        "%%timeout 0",
+    ],
 )
 def test_bad_lines(line):
     with pytest.raises(BudgetError):
@@ -80,6 +120,23 @@ def test_metadata_and_merge_order():
     magic = budgets.parse_directive("%%budget wall=7")
     merged = budgets.merge(budgets.CellDirectives(wall_budget=100, quiet_budget=100), meta, magic)
     assert (merged.wall_budget, merged.quiet_budget) == (7.0, 2.0)
+
+
+def test_a_cells_directives_layer_defaults_metadata_and_its_first_line():
+    defaults = budgets.CellDirectives(wall_budget=100, quiet_budget=100, memory_budget=10)
+    wanted = budgets.for_cell("%%budget wall=7\nx = 1", {"wall_budget": 5, "quiet_budget": "2s"}, defaults)
+    assert (wanted.wall_budget, wanted.quiet_budget, wanted.memory_budget) == (7.0, 2.0, 10)
+    assert budgets.for_cell("x = 1", None, defaults) == defaults
+
+
+def test_a_cells_budgets_say_whether_a_page_counts_anything_down() -> None:
+    assert not Budgets().limited
+    assert not Budgets(timeout=5.0).limited  # a deadline, not a budget
+    assert Budgets(wall=1.0).limited
+    assert Budgets(quiet=1.0).limited
+    assert Budgets(memory=1).limited
+    assert Budgets(wall=2.0).for_reason(protocol.REASON_WALL_BUDGET) == 2.0
+    assert Budgets(wall=2.0).for_reason(protocol.REASON_REQUEST) == 0.0
 
 
 @pytest.mark.parametrize("meta", [{"wall_budget": -1}, {"quiet_budget": "soon"}, {"checkpoint": "later"}, "wall=3"])

@@ -29,12 +29,16 @@ def test_machinery_library_and_user_files() -> None:
     assert not frames.is_user_file("/usr/lib/python3.11/threading.py")
     assert not frames.is_user_file("/venv/lib/python3.11/site-packages/numpy/core.py")
     assert frames.is_user_file("/home/me/project/model.py")
-    assert frames.is_cell_file("/tmp/ipykernel_42/123.py") and frames.is_user_file("/tmp/ipykernel_42/123.py")
+    assert frames.is_cell_file("/tmp/ipykernel_42/123.py")
+    assert frames.is_user_file("/tmp/ipykernel_42/123.py")
 
 
 def test_a_dump_names_the_exec_thread_from_the_cell_inwards() -> None:
     found = frames.dumped_stack(FAULTHANDLER)
-    assert [(f.filename, f.lineno, f.name) for f in found] == [("/tmp/ipykernel_42/456.py", 1, "<module>"), ("/tmp/ipykernel_42/123.py", 3, "inner")]
+    assert [(f.filename, f.lineno, f.name) for f in found] == [
+        ("/tmp/ipykernel_42/456.py", 1, "<module>"),
+        ("/tmp/ipykernel_42/123.py", 3, "inner"),
+    ]
     by_id = frames.dumped_stack(FAULTHANDLER, thread_id=0x7F0000000001)
     assert [f.name for f in by_id] == ["_bootstrap", "wait"]
     threads = frames.parse_faulthandler(FAULTHANDLER)
@@ -43,12 +47,14 @@ def test_a_dump_names_the_exec_thread_from_the_cell_inwards() -> None:
 
 def test_cell_source_fills_only_the_outermost_cell_frame() -> None:
     kept = frames.fill_cell_source(frames.dumped_stack(FAULTHANDLER), "x = 1\nsum(range(10**12))")
-    assert kept[0].line == "x = 1" and kept[1].line == ""
+    assert kept[0].line == "x = 1"
+    assert kept[1].line == ""
     assert all(f.user and f.label == "cell" for f in kept)
     assert frames.stopped_at(kept, readable=True) == "cell:3"
     assert frames.stopped_at(kept) == "/tmp/ipykernel_42/123.py:3"
     assert "<-- stopped here" in "\n".join(frames.format_frames(kept))
-    # With the cell's execution count (the agent reads it from execute_input) the cell's frame reads as every other answer does.
+    # With the cell's execution count (the agent reads it from execute_input) the cell's frame reads as
+    # every other answer does.
     named = frames.fill_cell_source(frames.dumped_stack(FAULTHANDLER), "x = 1\nsum(range(10**12))", "Cell In[4]")
     assert [f.label for f in named] == ["Cell In[4]", "cell"]  # the inner frame is a function of an earlier cell
 
@@ -67,7 +73,9 @@ def test_parse_ipython_traceback() -> None:
         "\x1b[0;31mKeyboardInterrupt\x1b[0m: ",
     ]
     found = frames.parse_ipython_traceback(tb)
-    assert found[-1].label == "Cell In[3]" and found[-1].lineno == 2 and found[-1].line == "time.sleep(100)"
+    assert found[-1].label == "Cell In[3]"
+    assert found[-1].lineno == 2
+    assert found[-1].line == "time.sleep(100)"
 
 
 def test_round_trip_as_dicts() -> None:
@@ -87,7 +95,8 @@ def test_a_deep_traceback_keeps_the_innermost_frames_and_costs_what_it_keeps() -
     except ValueError:
         found = stacks.from_traceback(sys.exc_info()[2])
     assert len(found) == frames.MAX_FRAMES
-    assert found[-1].name == "recurse" and found[-1].line == 'raise ValueError("deep")'
+    assert found[-1].name == "recurse"
+    assert found[-1].line == 'raise ValueError("deep")'
 
 
 def test_live_stack_of_another_thread() -> None:

@@ -1,8 +1,10 @@
-"""Memory budgets as pure logic: the directive and metadata grammar, the guard's rule, the holders report, the death record."""
+"""Memory budgets as pure logic: the directive and metadata grammar, the guard's rule, the holders report,
+the death record."""
 
 from __future__ import annotations
 
 import os
+import typing as t
 import weakref
 
 import pytest
@@ -20,7 +22,9 @@ def test_budget_directive_and_metadata_read_sizes() -> None:
     assert directives.parse_directive("%%budget memory=500MB").memory_budget == 500 * 10**6
     assert directives.from_metadata({"memory_budget": "1.5GiB"}).memory_budget == int(1.5 * GiB)
     assert directives.from_metadata({"memory_budget": 1024}).memory_budget == 1024
-    merged = directives.merge(directives.CellDirectives(memory_budget=GiB), directives.from_metadata({"memory_budget": "512M"}))
+    merged = directives.merge(
+        directives.CellDirectives(memory_budget=GiB), directives.from_metadata({"memory_budget": "512M"})
+    )
     assert merged.memory_budget == 512 * MiB
 
 
@@ -29,7 +33,7 @@ def test_a_bad_memory_budget_is_refused_with_the_one_message(bad) -> None:
     with pytest.raises(directives.BudgetError, match="is not a size: write bytes as a number"):
         directives.from_metadata({"memory_budget": bad})
     if isinstance(bad, str) and " " not in bad:
-        with pytest.raises(directives.BudgetError, match="memory=.* is not a size"):
+        with pytest.raises(directives.BudgetError, match=r"memory=.* is not a size"):
             directives.parse_directive(f"%%budget memory={bad}")
 
 
@@ -40,7 +44,7 @@ def test_the_derived_margin_stays_within_5_and_25_percent_of_the_limit() -> None
 
 
 def _execution(memory_budget: int = 0, start: int = 100 * MiB) -> Execution:
-    execution = Execution(msg_id="m", gen=1, code="x", thread_id=1, budgets=Budgets(memory=memory_budget))
+    execution = Execution(msg_id="m", generation=1, code="x", thread_id=1, budgets=Budgets(memory=memory_budget))
     execution.memory.resident_start = start
     return execution
 
@@ -50,15 +54,18 @@ def test_the_guard_blames_only_a_cell_that_grew_the_kernel() -> None:
     guard.view = guard.view.__class__(limit=GiB, source="cgroup v1", cgroup=None)
     grew, came_later = _execution(start=100 * MiB), _execution(start=900 * MiB)
     guard.resident, guard.charged = 900 * MiB, 950 * MiB  # past the guard at 1 GiB - 100 MiB
-    assert guard.over(grew) == protocol.REASON_MEMORY_BUDGET and grew.memory.kind == protocol.MEMORY_GUARD
-    assert grew.memory.at_trip == 950 * MiB and grew.memory.limit == GiB
+    assert guard.over(grew) == protocol.REASON_MEMORY_BUDGET
+    assert grew.memory.kind == protocol.MEMORY_GUARD
+    assert grew.memory.at_trip == 950 * MiB
+    assert grew.memory.limit == GiB
     assert guard.over(came_later) is None  # grew by less than GUARD_MIN_GROWTH since it began
     assert 900 * MiB - came_later.memory.resident_start < GUARD_MIN_GROWTH
     guard.charged = 900 * MiB  # below the guard: nobody
     assert guard.over(_execution(start=0)) is None
     off = MemoryGuard(GuardSettings(enabled=False, data_limit=False))
     off.resident, off.charged = 10 * GiB, 10 * GiB
-    assert off.guard_at is None and off.over(_execution(start=0)) is None
+    assert off.guard_at is None
+    assert off.over(_execution(start=0)) is None
 
 
 def test_a_cell_budget_counts_growth_of_the_resident_set_since_the_cell_began() -> None:
@@ -67,13 +74,14 @@ def test_a_cell_budget_counts_growth_of_the_resident_set_since_the_cell_began() 
     guard.resident = 300 * MiB  # grew by exactly the budget: not past it
     assert guard.over(execution) is None
     guard.resident = 301 * MiB
-    assert guard.over(execution) == protocol.REASON_MEMORY_BUDGET and execution.memory.kind == protocol.MEMORY_BUDGET
+    assert guard.over(execution) == protocol.REASON_MEMORY_BUDGET
+    assert execution.memory.kind == protocol.MEMORY_BUDGET
 
 
 class Frame:
     """Duck-typed like a pandas DataFrame (memory_usage(deep=True), columns, shape)."""
 
-    columns = ["a", "b"]
+    columns: t.ClassVar[list[str]] = ["a", "b"]
     shape = (1000, 2)
 
     def memory_usage(self, deep: bool = False) -> list[int]:
@@ -101,12 +109,19 @@ def test_holders_report_the_biggest_names_with_type_and_size() -> None:
     }
     found = biggest_names(namespace)
     assert {h["name"] for h in found} == {"held", "array", "frame", "text"}
-    assert [h["bytes"] for h in found] == sorted((h["bytes"] for h in found), reverse=True) and found[0]["name"] == "held"
+    assert [h["bytes"] for h in found] == sorted((h["bytes"] for h in found), reverse=True)
+    assert found[0]["name"] == "held"
     by_name = {h["name"]: h for h in found}
-    assert by_name["held"]["type"] == "list of 10 bytearray" and abs(by_name["held"]["bytes"] - 10 * MiB) < 64 * 1024
-    assert by_name["array"]["type"] == "Array float64 (1024, 1024)" and by_name["array"]["bytes"] == 8 * MiB
-    assert "small" not in by_name and "_hidden" not in by_name and "os" not in by_name
-    assert estimate(Frame()) == 8 * MiB and "frame" in by_name and by_name["frame"]["bytes"] == 8 * MiB
+    assert by_name["held"]["type"] == "list of 10 bytearray"
+    assert abs(by_name["held"]["bytes"] - 10 * MiB) < 64 * 1024
+    assert by_name["array"]["type"] == "Array float64 (1024, 1024)"
+    assert by_name["array"]["bytes"] == 8 * MiB
+    assert "small" not in by_name
+    assert "_hidden" not in by_name
+    assert "os" not in by_name
+    assert estimate(Frame()) == 8 * MiB
+    assert "frame" in by_name
+    assert by_name["frame"]["bytes"] == 8 * MiB
     assert by_name["held"]["text"] == "held (list of 10 bytearray, 10 MiB)"
 
 
@@ -120,7 +135,10 @@ def test_a_big_container_is_estimated_from_a_sample() -> None:
 def test_the_locals_of_a_stopped_cells_functions_are_named_then_let_go() -> None:
     """Only frames from the cell inward; never the namespace of a module-level frame."""
     namespace: dict = {"kept": bytearray(2 * 2**20)}
-    cell = "def inner():\n    local = [Chunk(2**20) for _ in range(3)]\n    seen.append(weakref.ref(local[0]))\n    raise KeyboardInterrupt\ninner()"
+    cell = (
+        "def inner():\n    local = [Chunk(2**20) for _ in range(3)]\n    seen.append(weakref.ref(local[0]))\n"
+        "    raise KeyboardInterrupt\ninner()"
+    )
     seen: list = []
     namespace.update(weakref=weakref, seen=seen, Chunk=type("Chunk", (bytearray,), {}))
     try:
@@ -129,9 +147,12 @@ def test_the_locals_of_a_stopped_cells_functions_are_named_then_let_go() -> None
         stopped = exc
     released = release_stopped_frames(stopped.__traceback__)
     assert [h["name"] for h in released] == ["local in inner()"], released
-    assert released[0]["type"] == "list of 3 Chunk" and released[0]["bytes"] >= 3 * 2**20
+    assert released[0]["type"] == "list of 3 Chunk"
+    assert released[0]["bytes"] >= 3 * 2**20
     assert seen[0]() is None  # the traceback no longer keeps it alive
-    assert "kept" in namespace and len(namespace["kept"]) == 2 * 2**20  # the module-level frame's namespace is the user's
+    # The module-level frame's namespace is the user's
+    assert "kept" in namespace
+    assert len(namespace["kept"]) == 2 * 2**20
 
 
 def test_a_death_is_oom_only_with_a_count_that_rose(tmp_path) -> None:
@@ -142,9 +163,11 @@ def test_a_death_is_oom_only_with_a_count_that_rose(tmp_path) -> None:
         cgroup=str(tmp_path), cgroup_version=2, cgroup_oom_kills=0, machine_oom_kills=None,
     )  # fmt: skip
     death = last_cell.death_of(record)
-    assert death["cause"] == last_cell.CAUSE_OOM and "rose from 0 to 1" in death["evidence"]
+    assert death["cause"] == last_cell.CAUSE_OOM
+    assert "rose from 0 to 1" in death["evidence"]
     assert death["message"] == (
-        "was killed by the out-of-memory killer (last seen at 0.98 of 1 GiB) while running Cell In[7], line 3 (l.append(x)), 2.5 s into it"
+        "was killed by the out-of-memory killer (last seen at 0.98 of 1 GiB) while running Cell In[7], "
+        "line 3 (l.append(x)), 2.5 s into it"
     )
     record["cgroup_oom_kills"] = 1  # no kill since the record: no claim
     assert last_cell.death_of(record)["cause"] == last_cell.CAUSE_UNKNOWN
@@ -153,7 +176,10 @@ def test_a_death_is_oom_only_with_a_count_that_rose(tmp_path) -> None:
 def test_a_record_is_the_previous_kernels_only_once_its_process_is_gone(tmp_path) -> None:
     path = str(tmp_path / "running.json")
     last_cell.write(path, last_cell.new_record(where="here"))  # our own pid: alive
-    assert last_cell.previous_kernel(path) is None and os.path.exists(path)
+    assert last_cell.previous_kernel(path) is None
+    assert os.path.exists(path)
     last_cell.write(path, {**last_cell.new_record(where="here"), "pid": 2**22 + 12345})  # no such process
     previous = last_cell.previous_kernel(path)
-    assert previous is not None and previous["cause"] == last_cell.CAUSE_UNKNOWN and not os.path.exists(path)
+    assert previous is not None
+    assert previous["cause"] == last_cell.CAUSE_UNKNOWN
+    assert not os.path.exists(path)

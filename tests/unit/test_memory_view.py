@@ -57,12 +57,15 @@ def test_a_v2_tree_gives_the_smallest_limit_up_the_tree_and_the_working_set(tmp_
 
 def test_this_process() -> None:
     rss = resident_bytes()
-    assert rss is not None and 10 * 2**20 < rss < (machine_bytes() or 0)
+    assert rss is not None
+    assert 10 * 2**20 < rss < (machine_bytes() or 0)
     view = memory_view()
-    assert view.limit is not None and view.limit > 0
+    assert view.limit is not None
+    assert view.limit > 0
     assert view.source in ("cgroup v1", "cgroup v2", "machine")
     usage = view.usage()
-    assert usage is not None and usage > 0
+    assert usage is not None
+    assert usage > 0
 
 
 def _v1_root() -> str:
@@ -84,7 +87,8 @@ def test_a_real_v1_cgroup_with_a_limit() -> None:
             f.write(str(256 * 2**20))
         with open(os.path.join(path, "cgroup.procs"), "w") as f:
             f.write(str(child.pid))
-        assert child.stdin is not None and child.stdout is not None
+        assert child.stdin is not None
+        assert child.stdout is not None
         child.stdin.write("go\n")
         child.stdin.flush()
         child.stdout.readline()
@@ -93,7 +97,8 @@ def test_a_real_v1_cgroup_with_a_limit() -> None:
         view = memory_view(child.pid)
         assert (view.source, view.limit) == ("cgroup v1", 256 * 2**20)
         usage = view.usage()
-        assert usage is not None and 50 * 2**20 <= usage < 256 * 2**20
+        assert usage is not None
+        assert 50 * 2**20 <= usage < 256 * 2**20
         assert cgroup.oom_kills() == 0
     finally:
         child.kill()

@@ -6,29 +6,27 @@ pytest's own must not be disturbed.
 
 from __future__ import annotations
 
+import ast
+import copy
 import ctypes
 import importlib
 import math
 import os
+import re
 import subprocess
 import sys
 import textwrap
 import threading
 import time
+from types import ModuleType
 
 import pytest
 
+from cancelkernel import native
 from cancelkernel.native import _fallback
 
 # Generous: only stops a broken flag from hanging the suite.
 HANG = 10.0
-
-API = [
-    "available", "begin", "end", "cancel", "uncancel", "running_gen", "cancel_requested", "raise_if_cancelled",
-    "cancellable_sleep", "flag_address", "expect_sigint", "take_sigint_arrival", "install_sigint_handler",
-    "sigint_handler_installed", "open_window", "close_window", "raise_in_window", "start_gil_yield", "gil_heartbeat",
-    "yield_requested",
-]
 
 
 def _native():
@@ -38,7 +36,10 @@ def _native():
 def run_python(code: str, *, env: dict | None = None, expect_rc: int = 0, prelude: str = "") -> str:
     result = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(prelude) + textwrap.dedent(code)],
-        env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=60,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == expect_rc, f"rc={result.returncode}\n{result.stdout}\n{result.stderr}"
     return result.stdout
@@ -46,31 +47,95 @@ def run_python(code: str, *, env: dict | None = None, expect_rc: int = 0, prelud
 
 # -- which implementation is used --
 
+
 def test_compiled_flag_is_built():
     assert _native().available is True
 
 
-def test_both_modules_have_the_same_api():
-    assert sorted(_native().__all__) == sorted(API)
-    assert sorted(_fallback.__all__) == sorted(API)
-    for name in API:
-        assert hasattr(_native(), name) and hasattr(_fallback, name), name
+# -- one API: cancelkernel.native.API, and the compiled module, the fallback and the stub each have exactly it --
 
 
-@pytest.mark.parametrize("env, available", [({}, True), ({"CANCELKERNEL_NATIVE": "0"}, False)])
+def _offered(module: ModuleType) -> set[str]:
+    """A module's public names, leaving out the modules it imports and its __future__ switches."""
+    return {
+        name
+        for name, value in vars(module).items()
+        if not name.startswith("_") and not isinstance(value, ModuleType) and type(value).__module__ != "__future__"
+    }
+
+
+def _installed(name: str) -> str:
+    """A source file of the installed package: the one the built module was made from."""
+    with open(os.path.join(os.path.dirname(native.__file__), name), encoding="utf-8") as f:
+        return f.read()
+
+
+def _defs(source: str) -> dict[str, ast.FunctionDef]:
+    return {
+        node.name: node
+        for node in ast.parse(source).body
+        if isinstance(node, ast.FunctionDef) and not node.name.startswith("_")
+    }
+
+
+def _pyx_defs(source: str) -> dict[str, ast.FunctionDef]:
+    """The Python functions of a .pyx: its top-level `def` lines, whose parameters are Python syntax."""
+    return _defs("\n".join(f"{line} pass" for line in re.findall(r"^def \w+\(.*?\):", source, re.M | re.S)))
+
+
+def _typed(node: ast.FunctionDef) -> str:
+    return f"({ast.unparse(node.args)}) -> {ast.unparse(node.returns) if node.returns else '?'}"
+
+
+def _untyped(node: ast.FunctionDef) -> str:
+    args = copy.deepcopy(node.args)
+    for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]:
+        if arg is not None:
+            arg.annotation = None
+    return f"({ast.unparse(args)})"
+
+
+def test_the_api_is_written_once():
+    assert len(set(native.API)) == len(native.API)
+    assert _offered(_native()) == set(native.API)
+    assert _offered(_fallback) == set(native.API)
+    stub = ast.parse(_installed("_flag.pyi")).body
+    declared = [n.name for n in stub if isinstance(n, ast.FunctionDef)] + [
+        n.target.id for n in stub if isinstance(n, ast.AnnAssign)
+    ]
+    assert sorted(declared) == sorted(native.API)
+
+
+def test_the_compiled_module_the_fallback_and_the_stub_agree_on_every_signature():
+    stub, fallback, compiled = (
+        _defs(_installed("_flag.pyi")),
+        _defs(_installed("_fallback.py")),
+        _pyx_defs(_installed("_flag.pyx")),
+    )
+    functions = set(native.API) - {"available"}
+    assert set(stub) == set(fallback) == set(compiled) == functions
+    for name in sorted(functions):
+        assert _typed(fallback[name]) == _typed(stub[name]), name
+        assert _untyped(compiled[name]) == _untyped(stub[name]), name  # the .pyx's def lines carry no types
+
+
+@pytest.mark.parametrize(("env", "available"), [({}, True), ({"CANCELKERNEL_NATIVE": "0"}, False)])
 def test_package_picks_the_implementation(env, available):
     out = run_python(
         """
-        import cancelkernel, cancelkernel.native as n
-        print(n.available, n.cancel_requested.__module__, cancelkernel.cancel_requested is n.cancel_requested)
+        import importlib, cancelkernel, cancelkernel.native as n
+        impl = importlib.import_module(n.cancel_requested.__module__)
+        print(n.available, impl.__name__, cancelkernel.cancel_requested is n.cancel_requested,
+              all(getattr(n, name) is getattr(impl, name) for name in n.API))
         """,
         env=env,
     )
     module = "cancelkernel.native._flag" if available else "cancelkernel.native._fallback"
-    assert out.split() == [str(available), module, "True"]
+    assert out.split() == [str(available), module, "True", "True"]
 
 
 # -- begin / cancel / end: a cancel is for one execution only --
+
 
 def test_idle_polling_is_false_and_never_raises(flag):
     assert flag.running_gen() == 0
@@ -97,9 +162,11 @@ def test_end_clears_only_its_own_gen(flag):
     flag.begin(8)
     flag.cancel(8)
     flag.end(7)  # a stale end for an execution that is not running
-    assert flag.cancel_requested() is True and flag.running_gen() == 8
+    assert flag.cancel_requested() is True
+    assert flag.running_gen() == 8
     flag.end(8)
-    assert flag.cancel_requested() is False and flag.running_gen() == 0
+    assert flag.cancel_requested() is False
+    assert flag.running_gen() == 0
     assert flag.cancel(8) is False  # a late cancel after the end
     assert flag.cancel_requested() is False
 
@@ -147,9 +214,10 @@ def test_cancel_from_another_thread_races_with_end(flag):
 
 # -- cancellable_sleep --
 
+
 @pytest.mark.parametrize("bad", [-1, -0.001, math.nan, float("-inf")])
 def test_sleep_rejects_bad_lengths(flag, bad):
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="sleep length must be a non-negative number"):
         flag.cancellable_sleep(bad)
 
 
@@ -203,6 +271,7 @@ def test_sleep_lets_other_threads_run(flag):
 
 # -- the window: async exceptions into a worker thread --
 
+
 class Boom(Exception):
     pass
 
@@ -217,6 +286,7 @@ def _worker(release: threading.Event, caught: list):
             caught.append(exc)
         else:
             caught.append(None)
+
     thread = threading.Thread(target=run)
     thread.start()
     return thread
@@ -230,7 +300,8 @@ def test_raise_in_window_hits_the_open_window(flag):
     assert flag.raise_in_window(4, Boom) is True
     release.set()
     thread.join(HANG)
-    assert len(caught) == 1 and isinstance(caught[0], Boom)
+    assert len(caught) == 1
+    assert isinstance(caught[0], Boom)
     flag.close_window(4, thread.ident)
     assert flag.raise_in_window(4, Boom) is False
 
@@ -245,7 +316,8 @@ def test_close_window_stops_new_exceptions_and_leaves_a_pending_one_to_the_threa
     assert flag.raise_in_window(6, Boom) is False
     release.set()
     thread.join(HANG)
-    assert len(caught) == 1 and isinstance(caught[0], Boom)
+    assert len(caught) == 1
+    assert isinstance(caught[0], Boom)
 
 
 def test_close_window_of_another_gen_keeps_the_window(flag):
@@ -273,6 +345,7 @@ def test_raise_in_window_wants_a_class(flag):
 
 # -- SIGINT: only the compiled module has a C handler --
 
+
 def test_fallback_has_no_sigint_handler():
     assert _fallback.install_sigint_handler() is False
     assert _fallback.sigint_handler_installed() is False
@@ -293,7 +366,9 @@ def settle():
 
 
 def test_install_is_idempotent_and_survives_signal_signal():
-    out = run_python(prelude=_PRELUDE, code="""
+    out = run_python(
+        prelude=_PRELUDE,
+        code="""
         assert f.sigint_handler_installed() is False
         assert f.install_sigint_handler() is True
         assert f.install_sigint_handler() is True
@@ -305,12 +380,15 @@ def test_install_is_idempotent_and_survives_signal_signal():
         assert f.sigint_handler_installed() is True
         assert f.take_sigint_arrival() == 0
         print("OK")
-    """)
+    """,
+    )
     assert out.strip() == "OK"
 
 
 def test_outside_sigint_sets_the_flag_and_chains_to_python():
-    out = run_python(prelude=_PRELUDE, code="""
+    out = run_python(
+        prelude=_PRELUDE,
+        code="""
         f.install_sigint_handler()
         f.begin(5)
         os.kill(os.getpid(), signal.SIGINT)
@@ -321,12 +399,15 @@ def test_outside_sigint_sets_the_flag_and_chains_to_python():
         assert seen == [signal.SIGINT]           # Python's handler ran too
         f.end(5)
         print("OK")
-    """)
+    """,
+    )
     assert out.strip() == "OK"
 
 
 def test_sigint_while_idle_sets_nothing():
-    out = run_python(prelude=_PRELUDE, code="""
+    out = run_python(
+        prelude=_PRELUDE,
+        code="""
         f.install_sigint_handler()
         os.kill(os.getpid(), signal.SIGINT)
         settle()
@@ -335,12 +416,15 @@ def test_sigint_while_idle_sets_nothing():
         assert f.cancel_requested() is False     # a SIGINT while idle is not for the next execution
         assert seen == [signal.SIGINT]
         print("OK")
-    """)
+    """,
+    )
     assert out.strip() == "OK"
 
 
 def test_expected_sigint_only_chains():
-    out = run_python(prelude=_PRELUDE, code="""
+    out = run_python(
+        prelude=_PRELUDE,
+        code="""
         f.install_sigint_handler()
         f.begin(3)
         f.expect_sigint(3)
@@ -353,12 +437,15 @@ def test_expected_sigint_only_chains():
         settle()
         assert f.cancel_requested() is True and f.take_sigint_arrival() == 3
         print("OK")
-    """)
+    """,
+    )
     assert out.strip() == "OK"
 
 
 def test_end_drops_the_expectation():
-    out = run_python(prelude=_PRELUDE, code="""
+    out = run_python(
+        prelude=_PRELUDE,
+        code="""
         f.install_sigint_handler()
         f.begin(3)
         f.expect_sigint(3)
@@ -368,13 +455,16 @@ def test_end_drops_the_expectation():
         settle()
         assert f.cancel_requested() is True and f.take_sigint_arrival() == 4
         print("OK")
-    """)
+    """,
+    )
     assert out.strip() == "OK"
 
 
 def test_sigint_on_another_thread_is_forwarded_to_the_main_thread():
     # The main thread sleeps in C; only a SIGINT delivered to it breaks the sleep.
-    out = run_python(prelude=_PRELUDE, code="""
+    out = run_python(
+        prelude=_PRELUDE,
+        code="""
         signal.signal(signal.SIGINT, signal.default_int_handler)
         f.install_sigint_handler()
         f.begin(2)
@@ -392,13 +482,16 @@ def test_sigint_on_another_thread_is_forwarded_to_the_main_thread():
         assert took < 10, took
         assert f.cancel_requested() is True and f.take_sigint_arrival() == 2
         print("OK")
-    """)
+    """,
+    )
     assert out.strip() == "OK"
 
 
 def test_fork_from_a_worker_thread_keeps_sigint_working_in_the_child():
     # In the child the forking thread is the main thread (as CPython sees it): SIGINT must act there.
-    out = run_python(prelude=_PRELUDE, code="""
+    out = run_python(
+        prelude=_PRELUDE,
+        code="""
         import warnings
         warnings.simplefilter("ignore", DeprecationWarning)   # 3.12+: fork with threads
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -419,12 +512,15 @@ def test_fork_from_a_worker_thread_keeps_sigint_working_in_the_child():
         thread.start()
         thread.join()
         print(os.waitstatus_to_exitcode(result[0]))
-    """)
+    """,
+    )
     assert out.strip() == "0"
 
 
 def test_chains_to_sig_ign():
-    out = run_python(prelude=_PRELUDE, code="""
+    out = run_python(
+        prelude=_PRELUDE,
+        code="""
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         f.install_sigint_handler()
         f.begin(6)
@@ -432,23 +528,30 @@ def test_chains_to_sig_ign():
         settle()
         assert f.cancel_requested() is True
         print("OK")
-    """)
+    """,
+    )
     assert out.strip() == "OK"
 
 
 def test_chains_to_sig_dfl():
     # Python's behaviour is unchanged: with SIG_DFL a SIGINT still ends the process.
-    run_python(prelude=_PRELUDE, code="""
+    run_python(
+        prelude=_PRELUDE,
+        code="""
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         f.install_sigint_handler()
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(5)
         print("survived")
-    """, expect_rc=-2)
+    """,
+        expect_rc=-2,
+    )
 
 
 def test_default_handler_still_raises_keyboardinterrupt():
-    out = run_python(prelude=_PRELUDE, code="""
+    out = run_python(
+        prelude=_PRELUDE,
+        code="""
         signal.signal(signal.SIGINT, signal.default_int_handler)
         f.install_sigint_handler()
         try:
@@ -456,13 +559,16 @@ def test_default_handler_still_raises_keyboardinterrupt():
             time.sleep(5)
         except KeyboardInterrupt:
             print("KeyboardInterrupt")
-    """)
+    """,
+    )
     assert out.strip() == "KeyboardInterrupt"
 
 
 def test_native_sleep_still_runs_python_signal_handlers():
     # Outside a kernel (no execution running) Ctrl-C must stop cancellable_sleep as it stops time.sleep.
-    out = run_python(prelude=_PRELUDE, code="""
+    out = run_python(
+        prelude=_PRELUDE,
+        code="""
         signal.signal(signal.SIGINT, signal.default_int_handler)
         threading.Timer(0.2, os.kill, args=(os.getpid(), signal.SIGINT)).start()
         start = time.monotonic()
@@ -470,5 +576,6 @@ def test_native_sleep_still_runs_python_signal_handlers():
             f.cancellable_sleep(20)
         except KeyboardInterrupt as exc:
             print("KeyboardInterrupt", time.monotonic() - start < 10)
-    """)
+    """,
+    )
     assert out.split() == ["KeyboardInterrupt", "True"]

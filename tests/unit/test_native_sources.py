@@ -43,8 +43,15 @@ def _compiler() -> list[str]:
 
 
 def _syntax_check(args: list[str]) -> None:
-    command = [*_compiler(), "-fsyntax-only", *WARNINGS,
-               f"-I{sysconfig.get_paths()['include']}", f"-I{SRC}", f"-I{INCLUDE}", *args]
+    command = [
+        *_compiler(),
+        "-fsyntax-only",
+        *WARNINGS,
+        f"-I{sysconfig.get_paths()['include']}",
+        f"-I{SRC}",
+        f"-I{INCLUDE}",
+        *args,
+    ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=60)
     output = (result.stdout + result.stderr).strip()
     assert result.returncode == 0, f"{shlex.join(command)}\nexit {result.returncode}\n{output}"
@@ -86,3 +93,14 @@ def test_flag_h_defines_ck_state_t_exactly_as_flag_pxd():
     with open(os.path.join(SRC, "flag.h"), encoding="utf-8") as f:
         header = _guarded_block(f.read())
     assert header == pxd
+
+
+def test_fallback_has_as_many_slots_as_flag_h():
+    # Both let this many threads run cells at once; the fallback cannot read the C constant.
+    with open(os.path.join(SRC, "flag.h"), encoding="utf-8") as f:
+        c_slots = re.search(r"^#define CK_SLOTS (\d+)$", f.read(), re.M)
+    with open(os.path.join(NATIVE, "_fallback.py"), encoding="utf-8") as f:
+        python_slots = re.search(r"^_SLOTS = (\d+)\b", f.read(), re.M)
+    assert c_slots
+    assert python_slots
+    assert c_slots.group(1) == python_slots.group(1)

@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import ctypes
 import importlib
-import os
 import subprocess
 import sys
 import textwrap
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from types import ModuleType
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HANG = 10.0  # generous: only stops a broken flag from hanging the suite
 
 
@@ -57,7 +56,9 @@ def gens(flag) -> Iterator[list[int]]:
 
 
 def _run(code: str, timeout: float = 120) -> str:
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=timeout)
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=timeout
+    )
     assert result.returncode == 0, f"rc={result.returncode}\n{result.stdout}\n{result.stderr}"
     return result.stdout
 
@@ -72,6 +73,7 @@ def _raises(flag) -> bool:
 
 # -- each execution's cancel is its own thread's --
 
+
 def test_two_threads_see_only_their_own_cancel(flag, threads, gens):
     a, b, _ = threads
     gens += [11, 12]
@@ -82,14 +84,21 @@ def test_two_threads_see_only_their_own_cancel(flag, threads, gens):
     cell_b = ctypes.c_int.from_address(b.run(flag.flag_address))
     assert ctypes.addressof(cell_a) != ctypes.addressof(cell_b)
     assert flag.cancel(11) is True
-    assert a.run(flag.cancel_requested) is True and a.run(_raises, flag) is True
-    assert b.run(flag.cancel_requested) is False and b.run(_raises, flag) is False
-    assert cell_a.value != 0 and cell_b.value == 0
+    assert a.run(flag.cancel_requested) is True
+    assert a.run(_raises, flag) is True
+    assert b.run(flag.cancel_requested) is False
+    assert b.run(_raises, flag) is False
+    assert cell_a.value != 0
+    assert cell_b.value == 0
     assert flag.cancel_requested() is False  # the test's own thread runs nothing and there is no parent
     flag.end(11)
-    assert cell_a.value == 0 and a.run(flag.cancel_requested) is False and a.run(flag.running_gen) == 0
+    assert cell_a.value == 0
+    assert a.run(flag.cancel_requested) is False
+    assert a.run(flag.running_gen) == 0
     assert flag.cancel(11) is False
-    assert flag.cancel(12) is True and b.run(flag.cancel_requested) is True and cell_b.value != 0
+    assert flag.cancel(12) is True
+    assert b.run(flag.cancel_requested) is True
+    assert cell_b.value != 0
 
 
 def test_a_thread_without_an_execution_sees_the_parent_only(flag, threads, gens):
@@ -100,15 +109,19 @@ def test_a_thread_without_an_execution_sees_the_parent_only(flag, threads, gens)
     assert idle.run(flag.running_gen) == 21
     cell = ctypes.c_int.from_address(idle.run(flag.flag_address))
     flag.cancel(22)
-    assert idle.run(flag.cancel_requested) is False and parent.run(flag.cancel_requested) is False
+    assert idle.run(flag.cancel_requested) is False
+    assert parent.run(flag.cancel_requested) is False
     assert cell.value == 0
     flag.cancel(21)
-    assert idle.run(flag.cancel_requested) is True and cell.value != 0
+    assert idle.run(flag.cancel_requested) is True
+    assert cell.value != 0
     assert child.run(flag.cancel_requested) is True  # its own execution's cancel, not the parent's
     flag.uncancel(22)
-    assert child.run(flag.cancel_requested) is False and idle.run(flag.cancel_requested) is True
+    assert child.run(flag.cancel_requested) is False
+    assert idle.run(flag.cancel_requested) is True
     flag.end(21)  # no parent any more
-    assert idle.run(flag.running_gen) == 0 and idle.run(flag.cancel_requested) is False
+    assert idle.run(flag.running_gen) == 0
+    assert idle.run(flag.cancel_requested) is False
 
 
 def test_flag_address_before_begin_is_the_int_begin_uses(flag, threads, gens):
@@ -124,12 +137,17 @@ def test_uncancel_clears_the_flag_and_the_gen_keeps_running(flag, gens):
     gens.append(41)
     flag.begin(41)
     cell = ctypes.c_int.from_address(flag.flag_address())
-    assert flag.cancel(41) is True and flag.cancel_requested() is True
+    assert flag.cancel(41) is True
+    assert flag.cancel_requested() is True
     flag.uncancel(41)
-    assert flag.cancel_requested() is False and cell.value == 0 and flag.running_gen() == 41
+    assert flag.cancel_requested() is False
+    assert cell.value == 0
+    assert flag.running_gen() == 41
     flag.uncancel(41)  # idempotent
     flag.uncancel(40)  # not running: nothing happens
-    assert flag.cancel(41) is True and flag.cancel_requested() is True and cell.value != 0
+    assert flag.cancel(41) is True
+    assert flag.cancel_requested() is True
+    assert cell.value != 0
 
 
 def test_begun_again_on_another_thread_an_execution_moves(flag, threads, gens):
@@ -138,10 +156,27 @@ def test_begun_again_on_another_thread_an_execution_moves(flag, threads, gens):
     flag.begin(51, a.ident, parent=False)
     flag.cancel(51)
     flag.begin(51, b.ident, parent=False)  # begin clears its earlier cancel too
-    assert a.run(flag.running_gen) == 0 and b.run(flag.running_gen) == 51
+    assert a.run(flag.running_gen) == 0
+    assert b.run(flag.running_gen) == 51
     assert b.run(flag.cancel_requested) is False
     flag.cancel(51)
-    assert b.run(flag.cancel_requested) is True and a.run(flag.cancel_requested) is False
+    assert b.run(flag.cancel_requested) is True
+    assert a.run(flag.cancel_requested) is False
+
+
+def _own_cancels(flag, index: int, rounds: int, ended: list[int], wrong: list[str]) -> None:
+    """One thread's begin/cancel/end of its own gens; what it saw that it should not goes into `wrong`."""
+    for n in range(rounds):
+        gen = 1_000_000 + 2 * n + index
+        flag.begin(gen, parent=False)
+        if flag.cancel_requested():
+            wrong.append(f"{gen} cancelled at begin")
+        if not flag.cancel(gen) or not flag.cancel_requested():
+            wrong.append(f"{gen} not cancelled by its own cancel()")
+        flag.end(gen)
+        ended[index] = gen
+        if flag.cancel_requested():
+            wrong.append(f"{gen} still cancelled after end")
 
 
 def test_stress_no_thread_sees_a_cancel_it_did_not_make(flag):
@@ -151,25 +186,12 @@ def test_stress_no_thread_sees_a_cancel_it_did_not_make(flag):
     ended = [0, 0]
     wrong: list[str] = []
 
-    def run(index: int) -> None:
-        for n in range(rounds):
-            gen = 1_000_000 + 2 * n + index
-            flag.begin(gen, parent=False)
-            if flag.cancel_requested():
-                wrong.append(f"{gen} cancelled at begin")
-            if not flag.cancel(gen) or not flag.cancel_requested():
-                wrong.append(f"{gen} not cancelled by its own cancel()")
-            flag.end(gen)
-            ended[index] = gen
-            if flag.cancel_requested():
-                wrong.append(f"{gen} still cancelled after end")
-
     def hammer() -> None:
         while not stop.is_set():
             flag.cancel(ended[0])
             flag.cancel(ended[1])
 
-    workers = [threading.Thread(target=run, args=(i,)) for i in (0, 1)]
+    workers = [threading.Thread(target=_own_cancels, args=(flag, i, rounds, ended, wrong)) for i in (0, 1)]
     canceller = threading.Thread(target=hammer)
     for thread in (canceller, *workers):
         thread.start()
@@ -200,6 +222,7 @@ def _blocked_worker(release: threading.Event, caught: list) -> threading.Thread:
             caught.append(type(exc))
         else:
             caught.append(None)
+
     thread = threading.Thread(target=run)
     thread.start()
     return thread
@@ -233,6 +256,7 @@ def test_several_windows_at_once(flag):
 
 # -- compiled only: the summary word every inline check loads --
 
+
 class _CApi(ctypes.Structure):
     _fields_ = [
         ("version", ctypes.c_uint),
@@ -256,21 +280,27 @@ def _summary() -> int:
 
 def test_summary_is_zero_unless_a_cancel_is_running(threads):
     f, api = _native(), _c_api()
-    assert api.version == 2 and api.size == ctypes.sizeof(_CApi)  # version 2 has cancel_requested_slow
+    # Version 2 has cancel_requested_slow
+    assert api.version == 2
+    assert api.size == ctypes.sizeof(_CApi)
     a = threads[0]
     f.end(f.running_gen())
     try:
         assert api.cancelled[0] & ~1 == 0  # the inline check is one load that reads 0: no call
         f.begin(71)
         f.begin(72, a.ident, parent=False)
-        assert api.cancelled[0] & ~1 == 0 and f.cancel_requested() is False
+        assert api.cancelled[0] & ~1 == 0
+        assert f.cancel_requested() is False
         f.cancel(72)
         assert api.cancelled[0] & ~1 != 0  # every check now takes the slow path ...
-        assert api.cancel_requested_slow() == 0 and f.cancel_requested() is False  # ... which says: not this thread's
+        # ... which says: not this thread's
+        assert api.cancel_requested_slow() == 0
+        assert f.cancel_requested() is False
         assert a.run(api.cancel_requested_slow) == 1
         f.cancel(71)
         f.uncancel(72)
-        assert api.cancel_requested_slow() == 1 and a.run(api.cancel_requested_slow) == 0
+        assert api.cancel_requested_slow() == 1
+        assert a.run(api.cancel_requested_slow) == 0
         f.end(71)
         assert api.cancelled[0] & ~1 == 0
     finally:
@@ -297,6 +327,7 @@ def test_begin_refuses_when_every_slot_runs_an_execution(module):
 
 # -- compiled only: the GIL-yield bit --
 
+
 def test_yield_bit_is_set_by_a_stalled_heartbeat_and_cleared_by_a_beat():
     out = _run("""
         import signal, time
@@ -317,6 +348,33 @@ def test_yield_bit_is_set_by_a_stalled_heartbeat_and_cleared_by_a_beat():
         f.end(5)                          # nothing runs: the yield thread drops the bit itself
         time.sleep(0.3)
         assert f.yield_requested() is False
+        print("OK")
+    """)
+    assert out.strip() == "OK"
+
+
+def test_a_message_left_unread_asks_for_the_yield_until_it_is_read():
+    out = _run("""
+        import socket, time
+        from cancelkernel.native import _flag as f
+
+        def until(predicate):
+            deadline = time.monotonic() + 10
+            while not predicate():
+                assert time.monotonic() < deadline
+                time.sleep(0.001)
+
+        reader, writer = socket.socketpair()
+        f.begin(5)
+        f.start_gil_yield(0, 60.0)        # no stall can ask within the test: only the unread message does
+        f.yield_for_readable(reader.fileno())
+        time.sleep(0.05)
+        assert f.yield_requested() is False
+        writer.send(b"x")                 # a message nobody takes in
+        until(f.yield_requested)
+        reader.recv(1)                    # taken in: the request ends
+        until(lambda: not f.yield_requested())
+        f.end(5)
         print("OK")
     """)
     assert out.strip() == "OK"
@@ -350,15 +408,10 @@ def spin_gil(unsigned long long bound):
 
 
 @pytest.fixture(scope="module")
-def gil_loop_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
-    sys.path.insert(0, os.path.join(ROOT, "examples", "native"))
-    try:
-        from native_build import build_extensions
-    finally:
-        sys.path.pop(0)
+def gil_loop_dir(native_build: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> str:
     workdir = tmp_path_factory.mktemp("gil_loop")
     (workdir / "ck_gil_loop.pyx").write_text(GIL_LOOP_SOURCE)
-    return build_extensions(str(workdir), {"ck_gil_loop": str(workdir / "ck_gil_loop.pyx")})
+    return str(native_build.build_extensions(str(workdir), {"ck_gil_loop": str(workdir / "ck_gil_loop.pyx")}))
 
 
 def test_a_loop_holding_the_gil_lets_another_thread_cancel_it(gil_loop_dir):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cancelkernel.kernel.interrupts import KEEP, UNSEEN_FOR, InterruptRequestError, PendingCancels, parse_request
+from cancelkernel.kernel.control import InterruptRequestError, parse_request
+from cancelkernel.kernel.pending_cancels import KEEP, UNSEEN_FOR, PendingCancels
 from cancelkernel.testing.clock import Clock
 
 
@@ -21,7 +22,8 @@ def test_a_queued_target_waits_as_long_as_it_takes() -> None:
 def test_an_unseen_target_is_forgotten_after_a_while() -> None:
     clock = Clock()
     pending = PendingCancels(clock)
-    assert pending.remember("early") == "pending" and pending.remember("late") == "pending"
+    assert pending.remember("early") == "pending"
+    assert pending.remember("late") == "pending"
     clock.now += UNSEEN_FOR / 2
     assert pending.take("early") is True
     clock.now += UNSEEN_FOR
@@ -42,7 +44,7 @@ def test_a_finished_target_is_a_no_op_and_nothing_grows_without_bound() -> None:
 
 
 @pytest.mark.parametrize(
-    "content, text",
+    ("content", "text"),
     [
         ({"target": 3}, "non-empty string"),
         ({"target": "  "}, "non-empty string"),

@@ -50,16 +50,18 @@ def test_every_docs_citation_in_the_code_names_a_file_and_section_that_exist() -
 def test_the_version_is_written_once() -> None:
     with open(os.path.join(ROOT, "pyproject.toml"), encoding="utf-8") as f:
         pyproject = f.read()
-    assert re.search(r'^dynamic = \["version"\]', pyproject, re.M) and 'version = {attr = "cancelkernel.__version__"}' in pyproject
+    assert re.search(r'^dynamic = \["version"\]', pyproject, re.M)
+    assert 'version = {attr = "cancelkernel.__version__"}' in pyproject
     # npm needs a version in package.json: it must be the same one.
     with open(os.path.join(ROOT, "labextension", "package.json"), encoding="utf-8") as f:
         assert json.load(f)["version"] == cancelkernel.__version__
-    with open(os.path.join(ROOT, "docs", "enterprise-gateway", "kernel.json"), encoding="utf-8") as f:
+    with open(os.path.join(ROOT, "docs", "enterprise-gateway", "kubernetes", "kernel.json"), encoding="utf-8") as f:
         assert cancelkernel.__version__ not in f.read()  # an image TAG the user chooses, not a copy of the version
 
 
 def test_no_test_module_imports_another() -> None:
-    """Shared test code lives in helper modules (cancelkernel.testing, tests/*/..._helpers.py, lab_page.py)."""
+    """Shared test code lives in helper modules (cancelkernel.testing, tests/integration/helpers.py, mcp_helpers.py,
+    lab_page.py, tests/gateway/gateway_helpers.py) and conftest.py."""
     wrong = []
     for folder, _dirs, files in os.walk(os.path.join(ROOT, "tests")):
         for name in files:
@@ -67,3 +69,16 @@ def test_no_test_module_imports_another() -> None:
                 with open(os.path.join(folder, name), encoding="utf-8") as f:
                     wrong += [f"{name}: {line.strip()}" for line in f if re.match(r"\s*(from|import) test_\w+", line)]
     assert not wrong, "\n".join(wrong)
+
+
+def test_no_two_test_modules_share_a_name() -> None:
+    """The test folders are not packages: pytest imports each module by its bare name, so two of one name clash."""
+    seen: dict[str, list[str]] = {}
+    for folder, _dirs, files in os.walk(os.path.join(ROOT, "tests")):
+        if "node_modules" in folder:
+            continue
+        for name in files:
+            if name.startswith("test_") and name.endswith(".py"):
+                seen.setdefault(name, []).append(os.path.relpath(os.path.join(folder, name), ROOT))
+    clashes = {name: paths for name, paths in seen.items() if len(paths) > 1}
+    assert not clashes, clashes

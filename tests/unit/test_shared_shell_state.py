@@ -15,7 +15,14 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShellABC
 
 from cancelkernel.kernel import concurrent_cells
-from cancelkernel.kernel.concurrent_cells import Bookkeeping, CountedPatch, SharedBuiltinTrap, SharedDisplayTrap, cell_state, per_cell
+from cancelkernel.kernel.concurrent_cells import (
+    Bookkeeping,
+    CountedPatch,
+    SharedBuiltinTrap,
+    SharedDisplayTrap,
+    cell_state,
+    per_cell,
+)
 
 ROUNDS = 20_000
 
@@ -148,7 +155,8 @@ class _Holder:
 
 def test_a_per_cell_attribute_lives_in_the_cell_and_falls_back_outside() -> None:
     holder = _Holder()
-    assert holder.flag is False and holder.value == []
+    assert holder.flag is False
+    assert holder.value == []
     holder.value.append("outside")
     with cell_state(allow_stdin=True) as state:
         assert holder.flag is True
@@ -161,4 +169,5 @@ def test_a_per_cell_attribute_lives_in_the_cell_and_falls_back_outside() -> None
         t.start()
         t.join()
         assert seen_in_thread == [["inside"]]
-    assert holder.value == ["outside"] and holder.flag is False
+    assert holder.value == ["outside"]
+    assert holder.flag is False

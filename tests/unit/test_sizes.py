@@ -33,7 +33,10 @@ def test_reads(text: object, size: int) -> None:
     assert parse_size(text, "memory") == size
 
 
-@pytest.mark.parametrize("bad", [True, None, "", "G", "2 gigs", "-1G", "1,5G", "2Gb/s", float("nan"), float("inf"), -1, [1], MAX_BYTES + 1, "2E"])
+@pytest.mark.parametrize(
+    "bad",
+    [True, None, "", "G", "2 gigs", "-1G", "1,5G", "2Gb/s", float("nan"), float("inf"), -1, [1], MAX_BYTES + 1, "2E"],
+)
 def test_refuses_with_one_message(bad: object) -> None:
     with pytest.raises(SizeError) as refused:
         parse_size(bad, "memory")
@@ -50,7 +53,14 @@ def test_zero_is_the_callers_choice() -> None:
 
 @pytest.mark.parametrize(
     ("size", "text"),
-    [(12, "12 B"), (2048, "2 KiB"), (512 * 2**20, "512 MiB"), (3 * 2**29, "1.5 GiB"), (2**40, "1 TiB"), (1_000_000_000, "954 MiB")],
+    [
+        (12, "12 B"),
+        (2048, "2 KiB"),
+        (512 * 2**20, "512 MiB"),
+        (3 * 2**29, "1.5 GiB"),
+        (2**40, "1 TiB"),
+        (1_000_000_000, "954 MiB"),
+    ],
 )
 def test_formats(size: int, text: str) -> None:
     assert format_size(size) == text

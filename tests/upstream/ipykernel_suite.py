@@ -24,7 +24,13 @@ import xml.etree.ElementTree as ET
 
 import ipykernel
 
-FILES = ["tests/test_kernel.py", "tests/test_message_spec.py", "tests/test_subshells.py", "tests/test_async.py", "tests/test_start_kernel.py"]
+FILES = [
+    "tests/test_kernel.py",
+    "tests/test_message_spec.py",
+    "tests/test_subshells.py",
+    "tests/test_async.py",
+    "tests/test_start_kernel.py",
+]
 
 
 def fetch_sources(workdir: str) -> str:
@@ -32,8 +38,20 @@ def fetch_sources(workdir: str) -> str:
     version = ipykernel.__version__
     print(f"== ipykernel {version}: downloading its sdist", flush=True)
     subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:", "--no-build-isolation",
-         "--dest", workdir, f"ipykernel=={version}"],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "--no-build-isolation",
+            "--dest",
+            workdir,
+            f"ipykernel=={version}",
+        ],
         check=True,
     )
     archive = glob.glob(os.path.join(workdir, f"ipykernel-{version}.tar.gz"))[0]
@@ -45,7 +63,11 @@ def fetch_sources(workdir: str) -> str:
 def install_spec(kind: str, prefix: str) -> str:
     """A `python3` kernelspec of `kind` ("stock" or "ours") in `prefix`; returns the JUPYTER_PATH entry."""
     if kind == "stock":
-        subprocess.run([sys.executable, "-m", "ipykernel", "install", "--prefix", prefix, "--name", "python3"], check=True, capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "ipykernel", "install", "--prefix", prefix, "--name", "python3"],
+            check=True,
+            capture_output=True,
+        )
     else:
         from cancelkernel.kernelspec import install
 
@@ -58,14 +80,36 @@ def run(sources: str, kind: str, workdir: str) -> dict[str, str]:
     jupyter_path = install_spec(kind, os.path.join(workdir, f"spec-{kind}"))
     report = os.path.join(workdir, f"{kind}.xml")
     here = os.path.dirname(os.path.abspath(__file__))
-    env = {**os.environ, "JUPYTER_PATH": jupyter_path, "PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "JUPYTER_PATH": jupyter_path,
+        "PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")])),
+    }
     log = os.path.join(workdir, f"{kind}.log")
     print(f"== ipykernel's tests with {kind} as python3 (log: {log})", flush=True)
     with open(log, "w") as out:
         subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no_cov_plugin", "-n", "2",
-             "-o", "asyncio_default_fixture_loop_scope=function", f"--junitxml={report}", *FILES],
-            cwd=sources, env=env, check=False, stdout=out, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "-p",
+                "no_cov_plugin",
+                "-n",
+                "2",
+                "-o",
+                "asyncio_default_fixture_loop_scope=function",
+                f"--junitxml={report}",
+                *FILES,
+            ],
+            cwd=sources,
+            env=env,
+            check=False,
+            stdout=out,
+            stderr=subprocess.STDOUT,
         )
     outcomes: dict[str, str] = {}
     for case in ET.parse(report).getroot().iter("testcase"):
@@ -84,8 +128,11 @@ def main() -> int:
     stock, ours = run(sources, "stock", workdir), run(sources, "ours", workdir)
     worse = sorted(t for t, outcome in stock.items() if outcome == "passed" and ours.get(t) != "passed")
     both = sorted(t for t, outcome in stock.items() if outcome == "failed")
-    print(f"== stock: {sum(v == 'passed' for v in stock.values())} passed; ours: {sum(v == 'passed' for v in ours.values())} passed "
-          f"of {len(stock)} (skipped on stock: {sum(v == 'skipped' for v in stock.values())})")
+    print(
+        f"== stock: {sum(v == 'passed' for v in stock.values())} passed; ours: "
+        f"{sum(v == 'passed' for v in ours.values())} passed of {len(stock)} (skipped on stock: "
+        f"{sum(v == 'skipped' for v in stock.values())})"
+    )
     for test in both:
         print(f"   fails on stock too: {test} (ours: {ours.get(test)})")
     for test in worse:

@@ -82,7 +82,10 @@ def choose_lifecycle(
         if connection_file is not None:
             raise BadInputError("give either server_url (a remote kernel) or connection_file (a local one), not both")
         if extra_arguments or env:
-            raise BadInputError("extra_arguments and env apply to kernels started here; a server starts its kernels from its own kernelspecs")
+            raise BadInputError(
+                "extra_arguments and env apply to kernels started here; "
+                "a server starts its kernels from its own kernelspecs"
+            )
         from .server import ServerLifecycle
 
         return ServerLifecycle(

@@ -109,9 +109,10 @@ class LocalLifecycle:
         """A new kernel process from the kernelspec, with its channels open (the first kernel and every spare)."""
         km = KernelManager(kernel_name=self.kernel_name, kernel_spec_manager=self._spec_manager())
         km.shutdown_wait_time = 2.0
-        kwargs: dict[str, t.Any] = {"extra_arguments": extra_arguments}
-        if self.env is not None:
-            kwargs["env"] = {**os.environ, **self.env}
+        inherited = {k: v for k, v in os.environ.items() if k != protocol.KERNEL_ID_ENV}
+        # Not the id of a gateway's kernel this process may run in: the kernel started here is another one, and
+        # the id would give it that kernel's checkpoint directory.
+        kwargs: dict[str, t.Any] = {"extra_arguments": extra_arguments, "env": {**inherited, **(self.env or {})}}
         try:
             km.start_kernel(**kwargs)
         except NoSuchKernel as exc:
@@ -150,7 +151,8 @@ class LocalLifecycle:
             spare.request_prepare({"action": "prepare"})
 
     def _swap_in_spare(self) -> bool:
-        """Kill the kernel's process group and put the spare in its place; False (with the reason noted) if there is no usable spare."""
+        """Kill the kernel's process group and put the spare in its place;
+        False (with the reason noted) if there is no usable spare."""
         spare, self._spare = self._spare, None
         if spare is None:
             self.last_restart["note"] = "no spare kernel was running yet: restarted cold"
@@ -320,14 +322,18 @@ class LocalLifecycle:
                 f"{self.owner_restart_wait:g} s; the connection file names no kernelspec to start it with. "
                 f"Restart it from its owner (e.g. the Jupyter server) and connect again."
             )
-        km = KernelManager(kernel_name=self.kernel_name, connection_file=self.connection_file, kernel_spec_manager=self._spec_manager())
+        km = KernelManager(
+            kernel_name=self.kernel_name, connection_file=self.connection_file, kernel_spec_manager=self._spec_manager()
+        )
         km.load_connection_file()
         km.cache_ports = False  # keep the connection file's ports: our client (and the kernel's other users) use them
         km.shutdown_wait_time = 2.0
         try:
             km.start_kernel(extra_arguments=self.extra_arguments)
         except Exception as exc:
-            raise KernelStartError(f"could not start a new {self.kernel_name!r} kernel on {self.connection_file}: {exc}") from exc
+            raise KernelStartError(
+                f"could not start a new {self.kernel_name!r} kernel on {self.connection_file}: {exc}"
+            ) from exc
         self._adopted = km
 
     def shutdown(self, *, shutdown_connected: bool = False) -> None:

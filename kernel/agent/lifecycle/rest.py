@@ -25,14 +25,19 @@ class RestClient:
     def __init__(self, server_url: str, token: str | None, *, timeout: float = DEFAULT_TIMEOUT):
         parsed = urllib.parse.urlparse(server_url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise BadInputError(f"server_url must be an http:// or https:// URL such as http://127.0.0.1:8888, not {server_url!r}")
+            raise BadInputError(
+                f"server_url must be an http:// or https:// URL such as http://127.0.0.1:8888, not {server_url!r}"
+            )
         self.base = server_url.rstrip("/")
         self.token = token or ""
         self.timeout = timeout
         self._ssl = ssl.create_default_context() if parsed.scheme == "https" else None
 
-    def request(self, method: str, path: str, body: object = None, *, timeout: float | None = None) -> tuple[int, t.Any]:
-        """(HTTP status, JSON body or None, or the text when it is not JSON); OSError when the server cannot be reached."""
+    def request(
+        self, method: str, path: str, body: object = None, *, timeout: float | None = None
+    ) -> tuple[int, t.Any]:
+        """(HTTP status, JSON body or None, or the text when it is not JSON);
+        OSError when the server cannot be reached."""
         data = json.dumps(body).encode() if body is not None else (b"" if method in ("POST", "PATCH", "PUT") else None)
         req = urllib.request.Request(self.base + path, data=data, method=method)
         if self.token:
@@ -45,17 +50,30 @@ class RestClient:
         except urllib.error.HTTPError as exc:
             return exc.code, _body(exc.read())
 
-    def call(self, method: str, path: str, body: object = None, *, expect: tuple[int, ...] = (200,), timeout: float | None = None) -> t.Any:
-        """A call that must succeed: KernelStartError (unreachable, or an unexpected status) / BadInputError (403) otherwise."""
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: object = None,
+        *,
+        expect: tuple[int, ...] = (200,),
+        timeout: float | None = None,
+    ) -> t.Any:
+        """A call that must succeed: KernelStartError (unreachable,
+        or an unexpected status) / BadInputError (403) otherwise."""
         try:
             status, answer = self.request(method, path, body, timeout=timeout)
         except OSError as exc:
-            raise KernelStartError(f"cannot reach the Jupyter server at {self.base}: {getattr(exc, 'reason', exc)}; is it running?") from exc
+            raise KernelStartError(
+                f"cannot reach the Jupyter server at {self.base}: {getattr(exc, 'reason', exc)}; is it running?"
+            ) from exc
         if status == 403:
             said = _short(answer) if answer else ""
             if said and "token" not in said.lower() and "forbidden" not in said.lower():
                 # Not the token: e.g. Enterprise Gateway refusing the user it would start the kernel as.
-                raise BadInputError(f"the server at {self.base} refused {method} {path} (403): {said}; nothing was started")
+                raise BadInputError(
+                    f"the server at {self.base} refused {method} {path} (403): {said}; nothing was started"
+                )
             raise BadInputError(
                 f"the server at {self.base} refused the token (403 Forbidden on {method} {path}); "
                 f"pass the server's token (token=..., --token, or JUPYTER_TOKEN); nothing was started"
@@ -73,7 +91,7 @@ class RestClient:
 
     def websocket_url(self, path: str) -> str:
         scheme = "wss" if self.base.startswith("https") else "ws"
-        return scheme + self.base[self.base.index(":"):] + path
+        return scheme + self.base[self.base.index(":") :] + path
 
 
 def _body(raw: bytes) -> t.Any:
@@ -86,5 +104,7 @@ def _body(raw: bytes) -> t.Any:
 
 
 def _short(answer: t.Any) -> str:
-    text = answer.get("message") or answer.get("reason") or json.dumps(answer) if isinstance(answer, dict) else str(answer)
+    text = (
+        answer.get("message") or answer.get("reason") or json.dumps(answer) if isinstance(answer, dict) else str(answer)
+    )
     return text if len(text) < 300 else text[:300] + "..."

@@ -6,16 +6,24 @@ is the server's own interrupt (a SIGINT when the kernelspec says signal),
 `POST .../restart` and `DELETE` restart and stop it.  Messages go over the
 kernel's websocket (transport/websocket.py).  What a remote client cannot have
 (the kernel's pid, its dump file, SIGUSR1, /proc) it never pretends to have.
+
+A server that cannot be reached is not an answer: the kernel counts as alive
+until the server says otherwise (404, or "dead"), and the websocket's own
+reconnect bound ends a cell that waits on a link that does not come back.  A
+restart waits for an unreachable server within the same bound
+(transport/outage.py), then says so.
 """
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import time
 import typing as t
 import urllib.parse
 
 from ..errors import BadInputError, KernelStartError
+from ..transport.outage import RECONNECT_WITHIN, Outage
 from ..transport.websocket import WebsocketTransport
 from .rest import RestClient
 
@@ -49,6 +57,8 @@ class ServerLifecycle:
         self.owner_restart_wait = owner_restart_wait
         self.transport: WebsocketTransport | None = None
         self.gone: str | None = None  # why the server no longer has the kernel, once known
+        self.unreachable: str | None = None  # why the server did not answer the last question, if it did not
+        self.reconnect_within = RECONNECT_WITHIN
         self._checked_at = 0.0
         self._alive = True
         self._interrupt_mode = "signal"
@@ -68,14 +78,20 @@ class ServerLifecycle:
         self.rest.check_server()
         if self.owned:
             self._check_kernelspec()
-            answer = self.rest.call("POST", "/api/kernels", {"name": self.kernel_name}, expect=(200, 201), timeout=START_TIMEOUT)
+            answer = self.rest.call(
+                "POST", "/api/kernels", {"name": self.kernel_name}, expect=(200, 201), timeout=START_TIMEOUT
+            )
             self._kernel_id = str(answer["id"])
         else:
             if not isinstance(self._kernel_id, str) or not self._kernel_id.strip():
-                raise BadInputError(f"kernel_id must be the id of a running kernel on the server, not {self._kernel_id!r}")
+                raise BadInputError(
+                    f"kernel_id must be the id of a running kernel on the server, not {self._kernel_id!r}"
+                )
             status, answer = self.rest.request("GET", self._kernel_path())
             if status == 404:
-                raise BadInputError(f"the server at {self.server_url} has no kernel {self._kernel_id!r} (see GET /api/kernels)")
+                raise BadInputError(
+                    f"the server at {self.server_url} has no kernel {self._kernel_id!r} (see GET /api/kernels)"
+                )
             if status != 200:
                 self.rest.call("GET", self._kernel_path())  # raises the clear error for that status
             self.kernel_name = self.kernel_name or str(answer.get("name", ""))
@@ -86,7 +102,11 @@ class ServerLifecycle:
         """A new websocket to the kernel (closing the old one)."""
         if self.transport is not None:
             self.transport.close()
-        self.transport = WebsocketTransport(self.rest.websocket_url(f"{self._kernel_path()}/channels"), self.token)
+        self.transport = WebsocketTransport(
+            self.rest.websocket_url(f"{self._kernel_path()}/channels"),
+            self.token,
+            reconnect_within=self.reconnect_within,
+        )
         return self.transport
 
     def _kernel_path(self) -> str:
@@ -96,7 +116,10 @@ class ServerLifecycle:
         specs = self.rest.call("GET", "/api/kernelspecs")
         names = sorted((specs or {}).get("kernelspecs", {}))
         if self.kernel_name not in names:
-            raise KernelStartError(f"the server at {self.server_url} has no kernelspec {self.kernel_name!r}; it has: {', '.join(names) or 'none'}")
+            raise KernelStartError(
+                f"the server at {self.server_url} has no kernelspec {self.kernel_name!r}; it has: "
+                f"{', '.join(names) or 'none'}"
+            )
 
     def _spec_interrupt_mode(self) -> str:
         try:
@@ -110,25 +133,57 @@ class ServerLifecycle:
     # -- liveness and "signals" --
 
     def is_alive(self, *, for_start: bool = False) -> bool:
-        """Does the server still have the kernel?  Asked at most every ALIVE_EVERY seconds."""
-        if self.gone is not None:
+        """Does the server still have the kernel?  Asked at most every ALIVE_EVERY seconds;
+        while the server cannot be reached, the last answer stands."""
+        if self._known_gone():
             return False
         now = time.monotonic()
         if for_start or now - self._checked_at < ALIVE_EVERY:
             return self._alive
         self._checked_at = now
+        answer = self._ask()
+        if answer is not None:
+            self._alive = answer
+        return self._alive
+
+    def _known_gone(self) -> bool:
+        """Gone for good: the server said so, or the websocket found no kernel on reconnecting (404)."""
+        transport = self.transport
+        if self.gone is None and transport is not None and transport.gone is not None:
+            self.gone, self._alive = transport.gone, False
+        return self.gone is not None
+
+    def _ask(self) -> bool | None:
+        """GET the kernel: whether the server has it (and it is not dead); None when the server cannot be reached."""
+        if self._known_gone():
+            return False
         try:
             status, answer = self.rest.request("GET", self._kernel_path(), timeout=10)
         except OSError as exc:
-            self.gone = f"the server at {self.server_url} stopped answering ({getattr(exc, 'reason', exc)})"
-            self._alive = False
-            return False
+            self.unreachable = f"the server at {self.server_url} does not answer ({getattr(exc, 'reason', exc)})"
+            return None
+        self.unreachable = None
         if status == 404:
-            self.gone = "the server no longer has the kernel (it was deleted or culled)"
+            self.gone = "the server no longer has the kernel (it was deleted or culled, or the server restarted)"
         elif status == 200 and isinstance(answer, dict) and answer.get("execution_state") == "dead":
             self.gone = "the server says the kernel is dead"
-        self._alive = self.gone is None
-        return self._alive
+        return self.gone is None
+
+    def _exists(self, doing: str) -> bool:
+        """Whether the server has the kernel, waiting for an unreachable server within reconnect_within seconds."""
+        outage = Outage(time.monotonic(), self.reconnect_within)
+        while (answer := self._ask()) is None:
+            now = time.monotonic()
+            outage.failed(self.unreachable or "", now)
+            if outage.over(now):
+                raise KernelStartError(
+                    f"cannot {doing}: the server at {self.server_url} did not answer within "
+                    f"{outage.within:g} s ({outage.text(now)}); the server or the network is down. "
+                    "The next call tries again"
+                )
+            time.sleep(outage.wait(now))
+        self._checked_at, self._alive = time.monotonic(), answer
+        return answer
 
     def exit_code(self) -> int | None:
         return None  # the process is the server's
@@ -168,19 +223,31 @@ class ServerLifecycle:
         """
         self._checked_at = 0.0
         self.last_restart = {"spare": False}
-        if dead and self.is_alive() and wait_for_owner(self.owner_restart_wait):
+        if dead and self._exists("restart the kernel") and wait_for_owner(self.owner_restart_wait):
             return
-        if self.is_alive():
-            status, answer = self.rest.request("POST", f"{self._kernel_path()}/restart", timeout=START_TIMEOUT)
+        if self._exists("restart the kernel"):
+            try:
+                status, answer = self.rest.request("POST", f"{self._kernel_path()}/restart", timeout=START_TIMEOUT)
+            except OSError as exc:
+                raise KernelStartError(
+                    f"the server at {self.server_url} stopped answering while it restarted kernel {self._kernel_id} "
+                    f"({getattr(exc, 'reason', exc)}); the next call tries again"
+                ) from exc
             if status == 200:
                 self._open_transport()
                 return
             if not self._gone_within(5.0):  # a 500 while the server is still deleting it, say
                 raise KernelStartError(f"the server could not restart kernel {self._kernel_id}: {status} {answer}")
         if not self.kernel_name:
-            raise KernelStartError(f"kernel {self._kernel_id} is gone from {self.server_url} and its kernelspec is unknown; start a new one")
-        answer = self.rest.call("POST", "/api/kernels", {"name": self.kernel_name}, expect=(200, 201), timeout=START_TIMEOUT)
+            raise KernelStartError(
+                f"kernel {self._kernel_id} is gone from {self.server_url} and its kernelspec is unknown; "
+                "start a new one"
+            )
+        answer = self.rest.call(
+            "POST", "/api/kernels", {"name": self.kernel_name}, expect=(200, 201), timeout=START_TIMEOUT
+        )
         self._kernel_id, self.owned, self.gone, self._alive = str(answer["id"]), True, None, True
+        self.unreachable = None
         self._open_transport()
 
     def warm_spare(self, extra_arguments: list[str]) -> None:
@@ -205,7 +272,5 @@ class ServerLifecycle:
         if transport is not None:
             transport.close()
         if self._kernel_id and (self.owned or shutdown_connected) and self.gone is None:
-            try:
+            with contextlib.suppress(OSError):
                 self.rest.request("DELETE", self._kernel_path(), timeout=30)
-            except OSError:
-                pass

@@ -36,7 +36,8 @@ class SpareKernel:
         self.km: KernelManager | None = None
         self.client: BlockingKernelClient | None = None
         self.error: str | None = None
-        self._prepare: dict | None = None  # a checkpoint_request to send once the spare is ready (and again after each save)
+        # A checkpoint_request to send once the spare is ready (and again after each save)
+        self._prepare: dict | None = None
         self._thread = start_thread(self._start, name="cancelkernel-spare")
 
     def _start(self) -> None:
@@ -104,7 +105,8 @@ class SpareKernel:
         return self._prepare is not None
 
     def request_prepare(self, content: dict) -> None:
-        """Have the idle spare import a checkpoint's modules: now if it is ready, else as soon as it is (never waits for the answer)."""
+        """Have the idle spare import a checkpoint's modules: now if it is ready, else as soon as it is
+        (never waits for the answer)."""
         with self._lock:
             self._prepare = content
             if self.client is not None and not self._given:

@@ -48,6 +48,9 @@ class ZmqTransport:
     def heartbeat(self) -> bool | None:
         return bool(self.client.hb_channel.is_beating())
 
+    def link_delay(self) -> float:
+        return 0.0  # the kernel's own sockets, on this host
+
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.client.stop_channels()

@@ -1,4 +1,4 @@
-"""What an interrupt_request asks for, and interrupts of cells that have not started yet.
+"""Interrupts of cells that have not started yet (pending cancels).
 
 An interrupt may name an execute_request the kernel has received but not
 started (it waits behind another cell, on the parent shell or a subshell), or
@@ -15,49 +15,12 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
 
 # Seconds a target the kernel has not received is remembered (docs/protocol.md).
 UNSEEN_FOR = 30.0
 # How many msg_ids of each kind are kept at most (oldest forgotten first): an interrupt for a
 # target that finished longer ago is remembered as unseen, and no request can ever claim it.
 KEEP = 1_000
-
-
-class InterruptRequestError(ValueError):
-    """An interrupt_request whose content cannot be used; the message says what to send."""
-
-
-@dataclass
-class InterruptAsk:
-    """One interrupt_request's content, checked."""
-
-    target: str | None = None  # an execute_request msg_id
-    subshell_id: str | None = None  # only that subshell's running cell (None: every shell)
-
-
-def parse_request(content: object, known_subshells: list[str] | None) -> InterruptAsk:
-    """Check an interrupt_request's content; InterruptRequestError naming what is wrong."""
-    if content is None:
-        return InterruptAsk()
-    if not isinstance(content, dict):
-        raise InterruptRequestError(f"interrupt_request content must be an object, not {type(content).__name__}")
-    target = content.get("target")
-    if target is not None and (not isinstance(target, str) or not target.strip()):
-        raise InterruptRequestError(
-            f"interrupt_request 'target' must be the msg_id (a non-empty string) of an "
-            f"execute_request, not {target!r}; send an empty content to interrupt whatever runs"
-        )
-    subshell = content.get("subshell_id")
-    if subshell is not None:
-        if not isinstance(subshell, str):
-            raise InterruptRequestError(f"interrupt_request 'subshell_id' must be a string, not {subshell!r}")
-        if known_subshells is not None and subshell not in known_subshells:
-            raise InterruptRequestError(
-                f"interrupt_request 'subshell_id' {subshell!r} names no subshell of this kernel "
-                f"(list_subshell_request lists them); omit it to interrupt every shell"
-            )
-    return InterruptAsk(target=target, subshell_id=subshell)
 
 
 class PendingCancels:
