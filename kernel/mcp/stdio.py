@@ -7,7 +7,11 @@ message (`stdio_server` with our two streams).  As the SDK does, fd 0 and fd 1
 are taken off the wire while the server runs (fd 0 reads /dev/null, fd 1
 writes to stderr), so a kernel or a stray print never writes into the protocol;
 both are put back at the end.  Anything but pipes and sockets (a terminal, a
-file, Windows) is served by the SDK's transport unchanged.
+file, Windows) is served by the SDK's transport.
+
+Either way, when stdin ends the server first answers every request it has
+read (`printf '...' | cancelkernel mcp` gets all its answers, however slow
+the machine), waiting at most END_OF_INPUT_WAIT seconds for them.
 """
 
 from __future__ import annotations
@@ -21,28 +25,37 @@ import sys
 import typing as t
 from collections.abc import AsyncIterator, Iterator
 
+import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
+from mcp.types import JSONRPCError, JSONRPCRequest, JSONRPCResponse
 
 # Complete lines kept unread before reading pauses (the SDK takes one message at a time).
 MAX_QUEUED_LINES = 64
-# Seconds the requests read just before stdin ended get to answer before the SDK cancels what still runs
-# (`printf '...' | cancelkernel mcp` gets its quick answers, as it did when a thread read stdin).
-EOF_GRACE = 0.5
+# Seconds the requests still unanswered when stdin ends get before the SDK cancels them (an execute's own wait
+# is bounded well below this; a client that needs the server gone sooner sends SIGTERM).
+END_OF_INPUT_WAIT = 60.0
 
 
 async def serve(server: MCPServer) -> None:
     """Serve `server` over this process's stdin and stdout until stdin ends."""
-    lowlevel = getattr(server, "_lowlevel_server", None)  # what the SDK's run_stdio_async serves
+    lowlevel = server._lowlevel_server  # what the SDK's run_stdio_async serves
     with _claimed() as wire:
-        if wire is None or lowlevel is None:
-            await server.run_stdio_async()
-            return
-        async with (
-            streams(*wire) as (lines, answers),
-            stdio_server(stdin=t.cast(t.Any, lines), stdout=t.cast(t.Any, answers)) as (read, write),
-        ):
-            await lowlevel.run(read, write, lowlevel.create_initialization_options())
+        async with contextlib.AsyncExitStack() as stack:
+            if wire is None:
+                read, write = await stack.enter_async_context(stdio_server())
+            else:
+                lines, answers = await stack.enter_async_context(streams(*wire))
+                read, write = await stack.enter_async_context(
+                    stdio_server(stdin=t.cast(t.Any, lines), stdout=t.cast(t.Any, answers))
+                )
+            unanswered = Unanswered()
+            await lowlevel.run(
+                t.cast(t.Any, unanswered.reading(read)),
+                t.cast(t.Any, unanswered.writing(write)),
+                lowlevel.create_initialization_options(),
+            )
 
 
 def _pipes() -> bool:
@@ -149,7 +162,6 @@ class Lines(asyncio.Protocol):
     async def __anext__(self) -> str:
         while not self._lines:
             if self._ended:  # no line comes after the end
-                await asyncio.sleep(EOF_GRACE)
                 raise StopAsyncIteration
             self._more.clear()
             await self._more.wait()
@@ -191,3 +203,110 @@ class Answers(asyncio.Protocol):
 
     async def flush(self) -> None:
         return None
+
+
+class Unanswered:
+    """The client's requests read and not yet answered: at the end of stdin the server answers them before it stops.
+
+    The SDK's serving loop ends when its read stream ends and cancels the
+    requests still running, so the end of the read stream is held back until
+    every request has its answer (or END_OF_INPUT_WAIT passed).
+    """
+
+    def __init__(self) -> None:
+        self._ids: set[str | int] = set()
+        self._none = anyio.Event()
+        self._none.set()
+
+    def reading(self, stream: t.Any) -> _HeldEnd:
+        return _HeldEnd(stream, self)
+
+    def writing(self, stream: t.Any) -> _Answering:
+        return _Answering(stream, self)
+
+    def read(self, item: object) -> None:
+        if isinstance(item, SessionMessage) and isinstance(item.message, JSONRPCRequest):
+            if not self._ids:
+                self._none = anyio.Event()
+            self._ids.add(item.message.id)
+
+    def answered(self, item: object) -> None:
+        if isinstance(item, SessionMessage) and isinstance(item.message, JSONRPCResponse | JSONRPCError):
+            self._ids.discard(item.message.id)
+            if not self._ids:
+                self._none.set()
+
+    async def settled(self) -> None:
+        """Until every request read has its answer, or END_OF_INPUT_WAIT seconds (then a line on stderr says so)."""
+        if not self._ids:
+            return
+        with anyio.move_on_after(END_OF_INPUT_WAIT):
+            await self._none.wait()
+        if self._ids:
+            print(
+                f"cancelkernel mcp: stdin ended; {len(self._ids)} request(s) still unanswered after "
+                f"{END_OF_INPUT_WAIT:g} s are cancelled",
+                file=sys.stderr,
+            )
+
+
+class _HeldEnd:
+    """The SDK's read stream, whose end waits for the answers of the requests it delivered."""
+
+    def __init__(self, stream: t.Any, unanswered: Unanswered) -> None:
+        self._stream = stream
+        self._unanswered = unanswered
+
+    def __getattr__(self, name: str) -> t.Any:
+        return getattr(self._stream, name)  # last_context, close, clone: the SDK's stream as it is
+
+    async def receive(self) -> t.Any:
+        try:
+            item = await self._stream.receive()
+        except anyio.EndOfStream:
+            await self._unanswered.settled()
+            raise
+        self._unanswered.read(item)
+        return item
+
+    def __aiter__(self) -> _HeldEnd:
+        return self
+
+    async def __anext__(self) -> t.Any:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    async def __aenter__(self) -> _HeldEnd:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class _Answering:
+    """The SDK's write stream, noting each answer that goes out."""
+
+    def __init__(self, stream: t.Any, unanswered: Unanswered) -> None:
+        self._stream = stream
+        self._unanswered = unanswered
+
+    def __getattr__(self, name: str) -> t.Any:
+        return getattr(self._stream, name)
+
+    async def send(self, item: t.Any) -> None:
+        await self._stream.send(item)
+        self._unanswered.answered(item)
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    async def __aenter__(self) -> _Answering:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

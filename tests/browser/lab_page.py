@@ -23,6 +23,7 @@ from collections.abc import Iterator
 # Without playwright, the `chromium` fixture fails (or skips) each test with what to install.
 with contextlib.suppress(ImportError):
     from playwright.sync_api import Locator, Page, expect
+    from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from cancelkernel.kernelspec import DEFAULT_DISPLAY_NAME
 from cancelkernel.testing import FileFlag, private_kernelspecs
@@ -65,7 +66,8 @@ def lab_server() -> Iterator[Server]:
                 "JUPYTERLAB_SETTINGS_DIR": settings,
                 "JUPYTERLAB_WORKSPACES_DIR": os.path.join(lab_dirs, "workspaces"),
             }
-            with jupyter_server(env=env) as server:
+            # window.jupyterapp: the tests read the kernel connection's own messages (Notebook.watch_comms).
+            with jupyter_server(env=env, argv=["--LabApp.expose_app_in_browser=True"]) as server:
                 yield server
     finally:
         shutil.rmtree(lab_dirs, ignore_errors=True)
@@ -229,6 +231,42 @@ class Notebook:
     def recorded_status(self) -> list[str]:
         """Every distinct text since `record_status`, in order (recording stops)."""
         return list(self.page.evaluate("() => { window.__ckStatus.stop(); return window.__ckStatus.seen; }"))
+
+    def watch_comms(self) -> None:
+        """From now on, note the comm messages this page sends its kernel and every status the kernel publishes."""
+        self.page.evaluate(
+            """() => {
+                const kernel = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
+                const watch = {unanswered: new Set(), statuses: []};
+                kernel.anyMessage.connect((_, {msg, direction}) => {
+                    const type = msg.header.msg_type;
+                    if (direction === 'send' && type === 'comm_msg') watch.unanswered.add(msg.header.msg_id);
+                    if (direction === 'recv' && type === 'status') {
+                        const parent = msg.parent_header || {};
+                        watch.statuses.push(msg.content.execution_state + ' for ' + (parent.msg_type || 'nothing'));
+                        if (msg.content.execution_state === 'idle') watch.unanswered.delete(parent.msg_id);
+                    }
+                });
+                window.__ckComms = watch;
+            }"""
+        )
+
+    def wait_comms_done_then(self, status: str, timeout: float = KERNEL_TIMEOUT) -> list[str]:
+        """Until every comm message sent since `watch_comms` had its idle and the kernel's last status is `status`
+        ("busy for execute_request", say): the statuses since (AssertionError with them after `timeout`)."""
+        done = """(status) => {
+            const watch = window.__ckComms;
+            return watch.unanswered.size === 0 && watch.statuses[watch.statuses.length - 1] === status;
+        }"""
+        try:
+            self.page.wait_for_function(done, arg=status, timeout=ms(timeout))
+        except PlaywrightTimeoutError:
+            seen = self.page.evaluate("() => [window.__ckComms.unanswered.size, window.__ckComms.statuses]")
+            raise AssertionError(
+                f"after the comm messages the kernel's last status is not {status!r}: "
+                f"{seen[0]} comm message(s) without their idle; statuses {seen[1]}"
+            ) from None
+        return list(self.page.evaluate("() => window.__ckComms.statuses"))
 
 
 class Marker(FileFlag):

@@ -174,13 +174,16 @@ def test_a_slider_observer_during_a_long_cell_then_the_interrupt(notebook: Noteb
         )
         return f"seen {readout.inner_text()}"
 
+    notebook.watch_comms()
     notebook.record_status()
     wait_text(label, move_to(0.75), "the slider's observer did not run while the cell ran")
     # A second move while the cell still runs: ipywidgets sends it only once the first message's idle came.
     wait_text(label, move_to(0.5), "the second move during the cell never reached the kernel")
     assert cell.is_running(), "the long cell stopped before the observers ran"
     # Each widget message's own idle shows for a moment (ipywidgets needs it); the kernel then says busy again for the
-    # cell. The label can update before the status bar shows that busy (a loaded machine): wait for it, then look back.
+    # cell. Once every message the slider sent had its idle, the kernel's last word is that busy, and the bar shows it.
+    statuses = notebook.wait_comms_done_then("busy for execute_request")
+    assert "idle for comm_msg" in statuses, f"the widget messages had no idle of their own: {statuses}"
     notebook.wait_status("Busy")
     seen = notebook.recorded_status()
     assert seen[-1].endswith("| Busy"), (

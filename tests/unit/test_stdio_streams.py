@@ -5,16 +5,14 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import typing as t
 
+import anyio
 import pytest
+from mcp.shared.message import SessionMessage
+from mcp.types import JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
 
 from cancelkernel.mcp import stdio
-
-
-@pytest.fixture(autouse=True)
-def no_grace_at_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Nothing here waits for answers after the end of input."""
-    monkeypatch.setattr(stdio, "EOF_GRACE", 0.0)
 
 
 async def read_all(chunks: list[bytes]) -> list[str]:
@@ -78,3 +76,59 @@ def test_answers_reach_the_pipe_whole_and_in_order() -> None:
         reader.join(30)
         os.close(wire_out)
     assert bytes(got) == expected
+
+
+def test_the_end_of_input_waits_for_the_answer_of_every_request_read() -> None:
+    """stdin ends while tools/list runs: the SDK sees the end only once its answer went out."""
+
+    async def main() -> list[str]:
+        into_server, read_side = anyio.create_memory_object_stream[SessionMessage](4)
+        write_side, from_server = anyio.create_memory_object_stream[SessionMessage](4)
+        unanswered = stdio.Unanswered()
+        read, write = unanswered.reading(read_side), unanswered.writing(write_side)
+        await into_server.send(SessionMessage(JSONRPCRequest(jsonrpc="2.0", id=2, method="tools/list")))
+        await into_server.send(SessionMessage(JSONRPCNotification(jsonrpc="2.0", method="notifications/initialized")))
+        await into_server.aclose()
+        first, _ = [item.message async for item in _take(read, 2)]
+        assert isinstance(first, JSONRPCRequest), first
+        assert first.id == 2
+        events: list[str] = []
+
+        async def reach_the_end() -> None:
+            with pytest.raises(anyio.EndOfStream):
+                await read.receive()
+            events.append("ended")
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(reach_the_end)
+            await anyio.wait_all_tasks_blocked()  # the reader now waits at the end, or has already ended
+            events.append("answered")
+            await write.send(SessionMessage(JSONRPCResponse(jsonrpc="2.0", id=2, result={})))
+        for stream in (read_side, write_side, from_server):
+            stream.close()
+        return events
+
+    assert anyio.run(main) == ["answered", "ended"]
+
+
+def test_the_end_of_input_with_every_request_answered_comes_at_once() -> None:
+    async def main() -> None:
+        into_server, read_side = anyio.create_memory_object_stream[SessionMessage](4)
+        write_side, from_server = anyio.create_memory_object_stream[SessionMessage](4)
+        unanswered = stdio.Unanswered()
+        read, write = unanswered.reading(read_side), unanswered.writing(write_side)
+        await into_server.send(SessionMessage(JSONRPCRequest(jsonrpc="2.0", id="a", method="ping")))
+        await into_server.aclose()
+        await read.receive()
+        await write.send(SessionMessage(JSONRPCResponse(jsonrpc="2.0", id="a", result={})))
+        with anyio.fail_after(30), pytest.raises(anyio.EndOfStream):
+            await read.receive()
+        for stream in (read_side, write_side, from_server):
+            stream.close()
+
+    anyio.run(main)
+
+
+async def _take(stream: t.Any, count: int) -> t.AsyncIterator[SessionMessage]:
+    for _ in range(count):
+        yield await stream.receive()
