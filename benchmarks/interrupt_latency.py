@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import math
 import os
 import signal
@@ -491,11 +492,12 @@ def baseline(label: str, labels: list[str]) -> str | None:
 
 
 def build_table(rows: list[tuple[str, str]], summary: dict, labels: list[str]) -> str:
+    """p50 and p90 per kernel, ours as a ratio to stock's p50 and to its own trivial round trip's p50."""
     headers = ["case"]
     for label in labels:
         headers += [f"{label} p50", f"{label} p90"]
         if baseline(label, labels):
-            headers.append(f"{label} ÷ {baseline(label, labels)}")
+            headers += [f"{label} ÷ {baseline(label, labels)}", f"{label} ÷ own `1`"]
     body = []
     for key, title in rows:
         line = [title]
@@ -503,12 +505,14 @@ def build_table(rows: list[tuple[str, str]], summary: dict, labels: list[str]) -
             base = baseline(label, labels)
             st = summary[label].get(key)
             if st is None:
-                line += ["—", "—"] + (["—"] if base else [])
+                line += ["—", "—"] + (["—", "—"] if base else [])
                 continue
             line += [cell(st, "p50"), cell(st, "p90")]
             if base:
                 ref = summary[base].get(key)
+                own = summary[label].get(TRIVIAL)
                 line.append(ratio(st["p50"], ref["p50"] if ref else None))
+                line.append("—" if key == TRIVIAL or not own else ratio(st["p50"], own["p50"]).replace("stock ", ""))
         body.append(line)
     return markdown_table(headers, body)
 
@@ -659,7 +663,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--delay", type=float, default=0.3, help="seconds from cell start to interrupt (default 0.3)")
     p.add_argument("--cap", type=float, default=5.0, help="seconds to wait for the reply before 'never' (default 5)")
     p.add_argument("--json", metavar="FILE", help="write all raw samples and the environment here")
-    p.add_argument("--svg", metavar="FILE", help="write a grouped bar chart here (needs matplotlib; skipped if absent)")
+    p.add_argument(
+        "--svg",
+        metavar="FILE",
+        help="write a grouped bar chart here, .svg or .png (matplotlib: pip install '.[bench]'; else skipped)",
+    )
+    p.add_argument(
+        "--chart-from",
+        metavar="JSON",
+        help="measure nothing: draw --svg (and print the table) from a run's --json file",
+    )
     p.add_argument(
         "--kernel-log",
         metavar="FILE",
@@ -691,6 +704,9 @@ def main(argv: list[str] | None = None) -> int:
     def log(text: str) -> None:
         if not args.quiet:
             print(text, file=sys.stderr, flush=True)
+
+    if args.chart_from:
+        return chart_from(args, log)
 
     source = _source_of("cancelkernel")  # now: the kernels import what is there at start
     if "cython" in args.cases:
@@ -814,6 +830,22 @@ def print_report(args: argparse.Namespace, benches: list[Bench], summary: dict, 
     print()
     for line in goals(summary, [b.config.label for b in benches]):
         print(line)
+
+
+def chart_from(args: argparse.Namespace, log: Callable[[str], None]) -> int:
+    """The table and the chart of an earlier run, from its --json file (no kernel started)."""
+    with open(args.chart_from) as f:
+        run = json.load(f)
+    config, summary = run["config"], run["summary"]
+    labels = config["kernels"]
+    rows = [(TRIVIAL, TRIVIAL_TITLE)] + [(n, run["cases"][n]["title"]) for n in config["cases"]]
+    print(build_table(rows, summary, labels))
+    if not args.svg:
+        log("no --svg given: only the table was printed")
+        return 0
+    args.cap = config["cap"]
+    write_chart(args, summary, labels, rows, log)
+    return 0
 
 
 def write_chart(
