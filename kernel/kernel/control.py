@@ -90,10 +90,31 @@ class ControlRequests:
         self._exec_thread = exec_thread
         self._interrupt_grace = interrupt_grace
         self.shutting_down = False  # set by the kernel: from then on an interrupt is refused
+        # (msg_id, reply content) of an interrupt_request delivered before its busy status (deliver_early).
+        self._delivered: tuple[str, dict[str, t.Any]] | None = None
         # The last stack the kernel took of a cell (set by the kernel, told in cancel_status)
         self.last_stack: dict | None = None
 
     # -- interrupt_request --
+
+    def deliver_early(self, request: dict | None) -> None:
+        """Act on an interrupt_request before the kernel publishes its busy status; `reply_to` then gives the reply.
+
+        Publishing hands the GIL over (a busy cell holds it): the interrupt
+        goes out first, and the cell unwinds while the status is sent.
+        """
+        header = request.get("header") if isinstance(request, dict) else None
+        if not isinstance(header, dict) or header.get("msg_type") != protocol.INTERRUPT_REQUEST:
+            return
+        assert request is not None
+        self._delivered = (str(header.get("msg_id")), self.interrupt(request.get("content")))
+
+    def reply_to(self, request: dict) -> dict[str, t.Any]:
+        """The reply content of `request` (an interrupt_request): what deliver_early did, else the interrupt now."""
+        delivered, self._delivered = self._delivered, None
+        if delivered is not None and delivered[0] == request.get("header", {}).get("msg_id"):
+            return delivered[1]
+        return self.interrupt(request.get("content"))
 
     def interrupt(self, content: object) -> dict[str, t.Any]:
         """Interrupt every running execution (any shell), or only `target`, or only `subshell_id`'s cell:

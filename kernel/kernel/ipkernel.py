@@ -200,7 +200,7 @@ class CancelKernel(KernelOptions, IPythonKernel):
             self.session.send(
                 stream,
                 protocol.INTERRUPT_REPLY,
-                self.control_requests.interrupt(parent.get("content")),
+                self.control_requests.reply_to(parent),
                 parent,
                 ident=ident,
             )
@@ -231,7 +231,10 @@ class CancelKernel(KernelOptions, IPythonKernel):
     def _publish_status(self, status: str, channel: str, parent: dict | None = None) -> None:
         """Every busy/idle passes the one rule (status.py): none for our own control requests,
         busy again after a comm's idle."""
-        for state, on, about in self.busy_idle.statuses(status, channel, upstream.status_parent(self, channel, parent)):
+        parent = upstream.status_parent(self, channel, parent)
+        if status == protocol.KERNEL_BUSY and channel == "control":
+            self.control_requests.deliver_early(parent)  # an interrupt before the status that announces it
+        for state, on, about in self.busy_idle.statuses(status, channel, parent):
             # Remembered first: a client that saw the idle and asks kernel_info at once must not hear busy.
             self.main_shell.published(state, on, about)
             super()._publish_status(state, on, about)

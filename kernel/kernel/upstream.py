@@ -55,6 +55,8 @@ REVIEWED: dict[str, dict[str, str]] = {
     "ipykernel.kernelapp:IPKernelApp._bind_socket": {"7.4.0": "e9075e81de4e01e8"},
     "ipykernel.kernelbase:Kernel.shell_channel_thread_main": {"7.4.0": "cb7451df829a0f42"},  # wrapped: note_received
     "ipykernel.kernelbase:Kernel._publish_status": {"7.4.0": "415eebd1179c705c"},  # wrapped: status_parent, status.py
+    # its order, parent set, busy, then the handler: ControlRequests.deliver_early
+    "ipykernel.kernelbase:Kernel.process_control": {"7.4.0": "2d293c89e1fbfcbf"},
     "ipykernel.kernelbase:Kernel.delete_subshell_request": {"7.4.0": "30b166ac9414ff0b"},  # wrapped: cell stopped first
     # wrapped: honour_frontend_subshell
     "ipykernel.comm.comm:BaseComm._reply_subshell_for": {"7.4.0": "6693678da2a5841c"},
