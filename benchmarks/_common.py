@@ -128,6 +128,22 @@ def write_json(path: str, data: Any) -> None:
         f.write("\n")
 
 
+def read_json(path: str) -> Any:
+    """What write_json wrote, with every "never" an infinite duration again."""
+    with open(path) as f:
+        return _from_json(json.load(f))
+
+
+def _from_json(value: Any) -> Any:
+    if value == "never":
+        return math.inf
+    if isinstance(value, dict):
+        return {k: _from_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_from_json(v) for v in value]
+    return value
+
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, float):
         return value if math.isfinite(value) else ("never" if value > 0 else None)

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import math
 import os
 import signal
@@ -51,6 +50,7 @@ from _common import (
     kernels_cleaned_up,
     markdown_table,
     percentile,
+    read_json,
     send_control,
     wait_for,
     wait_idle,
@@ -834,8 +834,7 @@ def print_report(args: argparse.Namespace, benches: list[Bench], summary: dict, 
 
 def chart_from(args: argparse.Namespace, log: Callable[[str], None]) -> int:
     """The table and the chart of an earlier run, from its --json file (no kernel started)."""
-    with open(args.chart_from) as f:
-        run = json.load(f)
+    run = read_json(args.chart_from)
     config, summary = run["config"], run["summary"]
     labels = config["kernels"]
     rows = [(TRIVIAL, TRIVIAL_TITLE)] + [(n, run["cases"][n]["title"]) for n in config["cases"]]
