@@ -1,4 +1,5 @@
-"""Fixtures shared by every test: our kernelspecs in a private prefix, and the native examples built once.
+"""Fixtures shared by every test: our kernelspecs in a private prefix, an IPYTHONDIR of each test process's own,
+and the native examples built once.
 
 The kernelspecs under test are installed into a temporary prefix for the
 session (JUPYTER_PATH points at it), so the tests never depend on, or change,
@@ -19,6 +20,26 @@ import pytest
 from cancelkernel.testing import private_kernelspecs, shutdown_all
 
 NATIVE_EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "native")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def ipython_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """An IPYTHONDIR of this test process's own for every kernel it starts (tests may give theirs one).
+
+    The kernels of parallel test processes would otherwise share the user's
+    history database: under a CPU hog one waited past sqlite's lock timeout and
+    IPython's history thread printed its error into a cell's output.
+    """
+    path = str(tmp_path_factory.mktemp("ipython"))
+    before = os.environ.get("IPYTHONDIR")
+    os.environ["IPYTHONDIR"] = path
+    try:
+        yield path
+    finally:
+        if before is None:
+            os.environ.pop("IPYTHONDIR", None)
+        else:
+            os.environ["IPYTHONDIR"] = before
 
 
 @pytest.fixture(scope="session", autouse=True)
