@@ -114,7 +114,8 @@ async def streams(wire_in: int, wire_out: int) -> AsyncIterator[tuple[Lines, Ans
         yield lines, answers
     finally:
         reading.close()
-        writing.close()
+        writing.close()  # what the pipe has not taken yet is still written, then it closes
+        await answers.drained(END_OF_INPUT_WAIT)
 
 
 class Lines(asyncio.Protocol):
@@ -178,6 +179,7 @@ class Answers(asyncio.Protocol):
     def __init__(self) -> None:
         self._room = asyncio.Event()
         self._room.set()
+        self._closed = asyncio.Event()
         self._lost: BaseException | None = None
         self._transport: asyncio.WriteTransport | None = None
 
@@ -193,6 +195,12 @@ class Answers(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = exc or BrokenPipeError("the MCP client closed the server's stdout")
         self._room.set()
+        self._closed.set()
+
+    async def drained(self, timeout: float) -> None:
+        """Until the closed pipe has taken every answer (or `timeout` seconds: a client that stopped reading)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._closed.wait(), timeout)
 
     async def write(self, text: str) -> None:
         if self._lost is None and self._transport is not None:

@@ -97,6 +97,24 @@ def no_reply_within(channel: t.Any, msg_id: str, seconds: float) -> bool:
             return False
 
 
+def heartbeat_answers(kc: t.Any, timeout: float = REPLY_TIMEOUT) -> bool:
+    """One ping on the kernel's heartbeat socket echoed within `timeout`.
+
+    The heartbeat is a C ZeroMQ device that answers without the GIL; the client's
+    HBChannel thread judges it by a 1 s beat that a loaded machine's client misses.
+    """
+    import zmq
+
+    socket = zmq.Context.instance().socket(zmq.REQ)
+    socket.linger = 0
+    try:
+        socket.connect(kc._make_url("hb"))
+        socket.send(b"ping")
+        return bool(socket.poll(int(timeout * 1000))) and socket.recv() == b"ping"
+    finally:
+        socket.close()
+
+
 def send_interrupt(kc: t.Any, target: str | None) -> str:
     """Send an interrupt_request (targeted if `target`) without waiting for its reply; its msg_id."""
     msg = kc.session.msg("interrupt_request", {"target": target} if target else {})
