@@ -30,6 +30,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from .servers import stop_process_group
+
 SSHD = "/usr/sbin/sshd"
 PREFIX = "ckeg-"
 SUBNET = "10.213"
@@ -236,14 +238,7 @@ def _wait_login(host: RemoteHost) -> None:
 
 def _stop(sshd: subprocess.Popen) -> None:
     """sshd is the PID namespace's first process: when it exits, the kernel kills every process left there."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(sshd.pid, signal.SIGTERM)
-    try:
-        sshd.wait(10)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(sshd.pid, signal.SIGKILL)
-        sshd.wait(10)
+    stop_process_group(sshd)
 
 
 def _remove(namespace: str) -> None:

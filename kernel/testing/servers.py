@@ -210,14 +210,19 @@ def _stop(server: Server) -> None:
     with contextlib.suppress(Exception):  # the server's kernels first: they live in process groups of their own
         for kernel in server.request("GET", "/api/kernels", timeout=5)[1] or []:
             server.request("DELETE", f"/api/kernels/{kernel['id']}", timeout=15)
+    stop_process_group(process)
+
+
+def stop_process_group(process: subprocess.Popen, grace: float = 10.0) -> None:
+    """SIGTERM to `process`'s group (it leads one), SIGKILL if it is still there after `grace` seconds."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGTERM)
     try:
-        process.wait(10)
+        process.wait(grace)
     except subprocess.TimeoutExpired:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
-        process.wait(10)
+        process.wait(grace)
 
 
 def _answers(server: Server, what: str, *, last_try: bool) -> bool:
