@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import math
 import os
 import signal
@@ -70,6 +71,7 @@ class KernelConfig:
     args: tuple[str, ...]
     description: str
     interrupt: str = "message"  # "message": interrupt_request on control; "signal": SIGINT to the process group
+    baseline: str | None = None  # import cancelkernel from this directory (--baseline)
 
 
 _MAIN = ("--CancelKernel.exec_thread=main",)
@@ -186,7 +188,10 @@ class Bench:
 
     def __init__(self, config: KernelConfig, log, output=None):
         self.config = config
-        self.kernel = Kernel(config.kernel_name, label=config.label, extra_arguments=config.args, output=output)
+        env = {"PYTHONPATH": config.baseline} if config.baseline else None
+        self.kernel = Kernel(
+            config.kernel_name, label=config.label, extra_arguments=config.args, output=output, env=env
+        )
         self.log = log
         self.token = f"survived-{uuid.uuid4().hex[:8]}"
         self.samples: dict[str, list[dict]] = {}
@@ -209,6 +214,12 @@ class Bench:
     def start(self) -> None:
         self.kernel.start()
         self._set_state()
+        if self.config.baseline:
+            where_from = {"f": "__import__('cancelkernel').__file__"}
+            reply = self.execute("pass", timeout=CHECK_TIMEOUT, user_expressions=where_from)
+            where = reply["content"]["user_expressions"]["f"]["data"]["text/plain"]
+            if self.config.baseline not in where:
+                raise RuntimeError(f"{self.config.label} imported cancelkernel from {where}, not from the baseline")
 
     def _set_state(self) -> None:
         reply = self.execute(f"_bench_state = {self.token!r}", timeout=CHECK_TIMEOUT, silent=True)
@@ -680,8 +691,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="append the kernels' stdout/stderr here ('-': inherit, i.e. print them); default %(default)s",
     )
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument(
+        "--baseline",
+        metavar="DIR",
+        help="also run main and worker mode of the cancelkernel installed in DIR (`pip install --no-deps "
+        "--target DIR CHECKOUT`) as main-base and worker-base: before and after a change in one run",
+    )
     args = p.parse_args(argv)
     args.kernels = _subset(p, args.kernels, KERNELS, "kernel")
+    if args.baseline:
+        args.baseline = os.path.abspath(args.baseline)
+        for label in [k for k in ("main", "worker") if k in args.kernels]:
+            KERNELS[f"{label}-base"] = dataclasses.replace(
+                KERNELS[label], label=f"{label}-base", baseline=args.baseline
+            )
+            args.kernels.append(f"{label}-base")
     args.cases = _subset(p, args.cases, CASES, "case")
     if args.runs < 1:
         p.error("--runs must be >= 1")

@@ -103,6 +103,15 @@ def install() -> None:
         owner.install()  # the handler was bound before the wrap
         _wrap(runtime, "begin", "main: runtime.begin <", "main: runtime.begin >")
         _wrap(runtime, "end", "main: runtime.end <", "main: runtime.end >")
+        from cancelkernel.kernel import upstream
+
+        _wrap(upstream, "abort_before_reply", "main: aborting queued <", "main: aborting queued >")
+        _wrap(kernel.control_requests, "interrupt", "control: interrupt <", "control: interrupt >")
+    from zmq.eventloop.zmqstream import ZMQStream
+
+    # The shell channel thread forwards a reply through the shell stream, which sends it on a later loop pass.
+    _wrap(ZMQStream, "send_multipart", "stream: send queued", None)
+    _wrap(ZMQStream, "_handle_send", "stream: sending <", "stream: sent >")
     _wrap_send(kernel.session)
 
 

@@ -48,6 +48,8 @@ INTERRUPTS = {
     "sleep": "import time\ntime.sleep(10**6)",
     "loop": "while True:\n    pass",
     "event": "import threading\nthreading.Event().wait()",
+    "regex": "import re\nre.match(r'(a+)+$', 'a' * 40 + 'b')",
+    "deep": "import time\ndef _deep(n):\n    if n:\n        return _deep(n - 1)\n    time.sleep(10**6)\n_deep(200)",
 }
 TIMEOUT = 30.0
 

@@ -238,6 +238,8 @@ class CancelKernel(KernelOptions, IPythonKernel):
             # Remembered first: a client that saw the idle and asks kernel_info at once must not hear busy.
             self.main_shell.published(state, on, about)
             super()._publish_status(state, on, about)
+        if status == protocol.KERNEL_IDLE and channel == "shell" and parent:
+            self.control_requests.shell_idle(parent.get("header", {}).get("msg_id", ""))  # its reply has left
 
     # -- requests of our own --
 

@@ -84,6 +84,23 @@ def test_targeted_interrupt_hits_the_running_execution(kernel) -> None:
     assert execute(kc, "after = 1")["content"]["status"] == "ok"
 
 
+def test_the_interrupt_is_answered_after_the_interrupted_cell_replied(kernel) -> None:
+    """The control thread stays off the GIL while the interrupted cell unwinds and replies:
+    on iopub the cell's idle comes before the interrupt request's busy, and its reply still says what it hit."""
+    _km, kc = kernel
+    msg_id, _code, _line = start_runaway(kc, "import time", "time.sleep(10**6)")
+    interrupt_id = send_interrupt(kc, msg_id)
+    assert_interrupted(wait_reply(kc, msg_id), msg_id)
+    reply = control_reply(kc, interrupt_id)["content"]
+    assert (reply["interrupted"], reply["execution"]) == (True, msg_id), reply
+    seen: list[tuple[str, str]] = []
+    while ("idle", interrupt_id) not in seen:
+        msg = kc.get_iopub_msg(timeout=REPLY_TIMEOUT)
+        if msg["msg_type"] == "status":
+            seen.append((msg["content"]["execution_state"], msg["parent_header"].get("msg_id")))
+    assert seen.index(("idle", msg_id)) < seen.index(("busy", interrupt_id)), seen
+
+
 def test_interrupt_targeted_at_an_ended_execution_does_nothing(kernel) -> None:
     """A target that already ended: interrupted=false, and the cell that runs now is untouched."""
     _km, kc = kernel
