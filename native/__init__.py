@@ -36,6 +36,7 @@ API = (
     "yield_for_readable",
     "gil_heartbeat",
     "yield_requested",
+    "yield_pause",
 )
 
 _FORCE_FALLBACK = os.environ.get("CANCELKERNEL_NATIVE", "1").strip().lower() in {"0", "no", "false", "off"}

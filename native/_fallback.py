@@ -241,6 +241,11 @@ def yield_requested() -> bool:
     return False
 
 
+def yield_pause(seconds: float) -> None:
+    """No yield bit to watch: let go of the GIL for the whole time."""
+    time.sleep(seconds)
+
+
 # --- Async exceptions into worker threads, atomic with respect to the windows.
 
 

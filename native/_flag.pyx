@@ -62,6 +62,7 @@ cdef extern from "flag.h":
     void ck_uncancel(uint32_t gen) noexcept nogil
     uint32_t ck_running_gen() noexcept nogil
     int ck_slow_check() noexcept nogil
+    void ck_yield_pause(long max_us) noexcept
     int *ck_flag_ptr() noexcept nogil
     const int *ck_summary_flag() noexcept nogil
     int ck_yield_requested() noexcept nogil
@@ -266,7 +267,7 @@ def start_gil_yield(signum, stall_seconds):
 
 
 def yield_for_readable(fd):
-    """While a cell runs, a message left unread on `fd` (the control socket's) for 1 ms asks for the GIL yield at once."""
+    """While a cell runs, a message left unread on `fd` (the control socket's) for 0.2 ms asks for the GIL yield at once."""
     ck_yield_watch(int(fd))
 
 
@@ -278,6 +279,11 @@ def gil_heartbeat():
 def yield_requested():
     """True while cancel points are asked to yield the GIL."""
     return ck_yield_requested() != 0
+
+
+def yield_pause(seconds):
+    """Let go of the GIL while a yield is asked and this thread is not cancelled, at most `seconds`."""
+    ck_yield_pause(<long>(float(seconds) * 1e6))
 
 
 # --- async exceptions into worker threads, atomic with respect to the windows ---

@@ -166,6 +166,10 @@ class Runtime:
     def cancel_all(self, reason: str, *, subshell_id: str | object | None = ...) -> list[Execution]:
         return self.core.cancel_all(reason, subshell_id=subshell_id)
 
+    def control_handled(self) -> None:
+        """The control thread acted on a message: the GIL yield asked for it ends (native/src/yield.c)."""
+        native.gil_heartbeat()
+
     def read_output_on_tick(self, reader: OutputReader) -> None:
         """Ask `reader` on every watchdog tick which cells wrote since it last asked (an output stream's)."""
         self.watchdog.output_readers.append(reader)

@@ -16,18 +16,16 @@ from __future__ import annotations
 
 import signal
 import threading
-import time
 import types
 
 from .. import native
 from ..protocol import REASON_SIGNAL
 from .core import CancellationCore
 
-# How long the main thread lets go of the GIL when asked to yield.
+# At most this long the main thread lets go of the GIL when asked to yield (less once the waiting thread ran).
 YIELD_SLEEP = 0.002
 # glibc keeps the first real-time signals for itself; SIGRTMIN+3 is free and rarely used.
 YIELD_SIGNAL_OFFSET = 3
-_real_sleep = time.sleep
 
 
 def _is_main_thread() -> bool:
@@ -138,5 +136,5 @@ class SigintOwner:
 
 
 def _yield_gil(signum: int, frame: types.FrameType | None) -> None:
-    """Let the threads waiting for the GIL (control, watchdog) run; a pending SIGINT then lands here."""
-    _real_sleep(YIELD_SLEEP)
+    """Let the threads waiting for the GIL (control, watchdog) run, until they did; a pending SIGINT then lands here."""
+    native.yield_pause(YIELD_SLEEP)

@@ -14,6 +14,8 @@
 
 #include "flag.h"
 
+#include <errno.h>
+
 #include <time.h>
 
 #define CK_YIELD_BIT 1
@@ -204,14 +206,24 @@ int ck_thread_cancelled(void) {
     return ck_view(&s) >= 0 && s.f.cancelled != 0;
 }
 
+/* A pause lets go of the GIL in steps this long, until the yield is no longer asked (the waiting thread ran). */
+#define CK_PAUSE_STEP_US 50
+
+void ck_yield_pause(long max_us) {
+    /* Ends as soon as the waiting thread (the control thread reading an interrupt, a starved watchdog) has run:
+       the yield thread or the heartbeat clears the bit; an interrupt delivered meanwhile ends it too. */
+    double until = ck_monotonic() + (double)max_us * 1e-6;
+    struct timespec step = {0, CK_PAUSE_STEP_US * 1000};
+    PyThreadState *ts = PyEval_SaveThread();
+    do {
+        if (nanosleep(&step, NULL) != 0 && errno == EINTR) break;  /* a signal: its Python handler runs next */
+    } while (ck_yield_requested() && !ck_thread_cancelled() && ck_monotonic() < until);
+    PyEval_RestoreThread(ts);
+}
+
 int ck_slow_check(void) {
-    if ((__atomic_load_n(&ck_summary->f.cancelled, __ATOMIC_RELAXED) & CK_YIELD_BIT) && PyGILState_Check()) {
-        /* Long enough for a waiting thread (the control thread reading an interrupt) to take the GIL. */
-        struct timespec pause = {0, 1000 * 1000};
-        PyThreadState *ts = PyEval_SaveThread();
-        nanosleep(&pause, NULL);
-        PyEval_RestoreThread(ts);
-    }
+    if ((__atomic_load_n(&ck_summary->f.cancelled, __ATOMIC_RELAXED) & CK_YIELD_BIT) && PyGILState_Check())
+        ck_yield_pause(1000);
     return ck_thread_cancelled();
 }
 

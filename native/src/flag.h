@@ -65,6 +65,8 @@ CK_INTERNAL uint32_t ck_running_gen(void);
 CK_INTERNAL int ck_thread_cancelled(void);
 /* What the inline checks call once the summary is non-zero: yield the GIL if asked, then ck_thread_cancelled. */
 CK_INTERNAL int ck_slow_check(void);
+/* With the GIL: let go of it while a yield is asked and this thread is not cancelled, at most max_us. */
+CK_INTERNAL void ck_yield_pause(long max_us);
 /* The int the calling thread's execution sets; NULL: no slot is free. */
 CK_INTERNAL int *ck_flag_ptr(void);
 /* The summary's `cancelled`: what the C API hands to plain C extensions. */

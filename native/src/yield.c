@@ -14,10 +14,14 @@
  * With a watched file descriptor (the control socket's, ck_yield_watch) it also
  * sees a control message that waits: the descriptor stays readable until the
  * control thread takes the message in, which it cannot do while one C call holds
- * the GIL.  A message unread for CK_WAIT_YIELD_MS asks for the yield at once
+ * the GIL.  A message unread for CK_WAIT_YIELD_US asks for the yield at once
  * (instead of after the heartbeat's stall), and, with a signal number, one unread
- * for CK_WAIT_SIGNAL_MS signals the main thread too; the bit is cleared as soon
- * as the message was taken in, so a cooperative loop pauses only while it must.
+ * for CK_WAIT_SIGNAL_US signals the main thread too; the bit is cleared once
+ * the control thread acted on the message (or the watchdog ticked), and a pause
+ * (ck_yield_pause) ends then, or when the interrupt arrived, so a cooperative
+ * loop pauses only while it must.  The signal comes after the switch
+ * interval (0.5 ms) would have handed the GIL to a thread waiting for it, had the
+ * main thread been running bytecode.
  */
 
 /* First, as in any extension: it sets the feature macros (POSIX, XSI) the headers below depend on. */
@@ -31,12 +35,14 @@
 #include <signal.h>
 #include <time.h>
 
-/* A control message unread this long asks for a yield; this long, the signal too (then every SIGNAL_EVERY). */
-#define CK_WAIT_YIELD_MS 1
-#define CK_WAIT_SIGNAL_MS 3
-#define CK_WAIT_SIGNAL_EVERY_MS 20
+/* A control message unread this long asks for a yield; this long, the signal too (then every SIGNAL_EVERY);
+   the fd is looked at every STEP while it is. */
+#define CK_WAIT_STEP_US 200
+#define CK_WAIT_YIELD_US 200
+#define CK_WAIT_SIGNAL_US 600
+#define CK_WAIT_SIGNAL_EVERY_US 20000
 /* Unread this long, it is not the GIL (the control thread is busy elsewhere): the fd is left alone a while. */
-#define CK_WAIT_GIVE_UP_MS 100
+#define CK_WAIT_GIVE_UP_US 100000
 #define CK_WAIT_COOLDOWN_TICKS 10
 #define CK_TICK_MS 10
 
@@ -78,29 +84,35 @@ static int ck_tick(int watch) {
 }
 
 /* A control message is waiting: give the control thread the GIL until it took the message in.
-   Returns 0, or 1 if it stayed unread past CK_WAIT_GIVE_UP_MS. */
+   A yield asked stays asked once the message is taken: the control thread ends it when it has acted on the
+   message (ck_beat), else the watchdog's next tick does.  Returns 0, or 1 if it stayed unread past
+   CK_WAIT_GIVE_UP_US. */
 static int ck_control_waiting(int fd) {
-    struct timespec ms = {0, 1000 * 1000};
-    int waited = 0, asked = 0, signalled = -1, gave_up = 0;
+    struct timespec step = {0, CK_WAIT_STEP_US * 1000};
+    double began = ck_monotonic(), signalled = -1.0;
+    int asked = 0, gave_up = 0, taken = 0;
     while (ck_any_running()) {
-        nanosleep(&ms, NULL);
-        waited++;
-        if (!ck_readable(fd, 0)) break;
-        if (waited >= CK_WAIT_GIVE_UP_MS) {
+        nanosleep(&step, NULL);
+        if (!ck_readable(fd, 0)) {
+            taken = 1;
+            break;
+        }
+        double waited = (ck_monotonic() - began) * 1e6;  /* microseconds */
+        if (waited >= CK_WAIT_GIVE_UP_US) {
             gave_up = 1;
             break;
         }
-        if (waited >= CK_WAIT_YIELD_MS && !asked) {
+        if (waited >= CK_WAIT_YIELD_US && !asked) {
             ck_set_yield();
             asked = 1;
         }
         int signum = __atomic_load_n(&ck_yield_signal, __ATOMIC_RELAXED);
-        if (signum != 0 && waited >= CK_WAIT_SIGNAL_MS && (signalled < 0 || waited - signalled >= CK_WAIT_SIGNAL_EVERY_MS)) {
+        if (signum != 0 && waited >= CK_WAIT_SIGNAL_US && (signalled < 0 || waited - signalled >= CK_WAIT_SIGNAL_EVERY_US)) {
             ck_kill_main_thread(signum);
             signalled = waited;
         }
     }
-    if (asked) ck_clear_yield();
+    if (asked && !taken) ck_clear_yield();
     return gave_up;
 }
 

@@ -372,9 +372,49 @@ def test_a_message_left_unread_asks_for_the_yield_until_it_is_read():
         assert f.yield_requested() is False
         writer.send(b"x")                 # a message nobody takes in
         until(f.yield_requested)
-        reader.recv(1)                    # taken in: the request ends
+        reader.recv(1)                    # taken in, and acted on (the control thread beats): the request ends
+        f.gil_heartbeat()
         until(lambda: not f.yield_requested())
         f.end(5)
+        print("OK")
+    """)
+    assert out.strip() == "OK"
+
+
+@pytest.mark.parametrize("ended_by", ["the interrupt", "the taker's beat"])
+def test_a_yield_pause_lasts_until_the_interrupt_or_the_beat(ended_by: str):
+    """A pause lets go of the GIL while the yield is asked: it ends when this thread's execution is cancelled
+    or when the thread that wanted the GIL acted (its beat), long before its bound."""
+    out = _run(f"""
+        import socket, threading, time
+        from cancelkernel.native import _flag as f
+
+        reader, writer = socket.socketpair()
+        f.begin(5)
+        f.start_gil_yield(0, 60.0)
+        f.yield_for_readable(reader.fileno())
+        writer.send(b"x")
+        while not f.yield_requested():
+            time.sleep(0.001)
+        reader.recv(1)  # taken in: the request stays until the taker acted
+        paused = threading.Event()
+
+        def taker():
+            paused.wait()
+            if {ended_by!r} == "the interrupt":
+                f.cancel(5)
+            else:
+                f.gil_heartbeat()
+
+        helper = threading.Thread(target=taker)
+        helper.start()
+        began = time.monotonic()
+        threading.Timer(0, paused.set).start()  # runs only because the pause lets go of the GIL
+        f.yield_pause(300.0)
+        waited = time.monotonic() - began
+        helper.join()
+        f.end(5)
+        assert waited < 60, waited  # ended by the helper, not by its 300 s bound
         print("OK")
     """)
     assert out.strip() == "OK"
