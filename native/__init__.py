@@ -35,6 +35,7 @@ API = (
     "start_gil_yield",
     "yield_for_readable",
     "gil_heartbeat",
+    "control_acted",
     "yield_requested",
     "yield_pause",
 )

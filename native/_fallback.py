@@ -236,6 +236,10 @@ def gil_heartbeat() -> None:
     """Nothing listens in the fallback."""
 
 
+def control_acted() -> None:
+    """No yield thread asks for it."""
+
+
 def yield_requested() -> bool:
     """No yield thread, so never."""
     return False

@@ -62,7 +62,7 @@ cdef extern from "flag.h":
     void ck_uncancel(uint32_t gen) noexcept nogil
     uint32_t ck_running_gen() noexcept nogil
     int ck_slow_check() noexcept nogil
-    void ck_yield_pause(long max_us) noexcept
+    void ck_yield_pause(long max_us, int until_cancelled) noexcept
     int *ck_flag_ptr() noexcept nogil
     const int *ck_summary_flag() noexcept nogil
     int ck_yield_requested() noexcept nogil
@@ -76,6 +76,7 @@ cdef extern from "flag.h":
     double ck_monotonic() noexcept nogil
     int ck_start_yield(int signum, int stall_ms) noexcept nogil
     void ck_beat() noexcept nogil
+    void ck_control_acted() noexcept nogil
     void ck_yield_watch(int fd) noexcept nogil
     int ck_sleep_until(double deadline, int poll_signals) noexcept nogil
 
@@ -276,14 +277,19 @@ def gil_heartbeat():
     ck_beat()
 
 
+def control_acted():
+    """The control thread acted on a message (delivered an interrupt, answered): a yield asked for it ends."""
+    ck_control_acted()
+
+
 def yield_requested():
     """True while cancel points are asked to yield the GIL."""
     return ck_yield_requested() != 0
 
 
 def yield_pause(seconds):
-    """Let go of the GIL while a yield is asked and this thread is not cancelled, at most `seconds`."""
-    ck_yield_pause(<long>(float(seconds) * 1e6))
+    """Let go of the GIL while a yield is asked (until the thread that asked acted, or a signal came), at most `seconds`."""
+    ck_yield_pause(<long>(float(seconds) * 1e6), 0)
 
 
 # --- async exceptions into worker threads, atomic with respect to the windows ---

@@ -135,8 +135,9 @@ class ControlRequests:
             events = [self._unwinding.setdefault(m, threading.Event()) for m in msg_ids if m not in self._recently_idle]
         deadline = time.monotonic() + UNWIND_WAIT
         try:
-            for event in events:
-                event.wait(max(0.0, deadline - time.monotonic()))
+            with self._runtime.control_waits():
+                for event in events:
+                    event.wait(max(0.0, deadline - time.monotonic()))
         finally:
             with self._unwinding_lock:
                 for m in msg_ids:

@@ -168,7 +168,11 @@ class Runtime:
 
     def control_handled(self) -> None:
         """The control thread acted on a message: the GIL yield asked for it ends (native/src/yield.c)."""
-        native.gil_heartbeat()
+        native.control_acted()
+
+    def control_waits(self) -> t.ContextManager[None]:
+        """The control thread waits on purpose, its socket unread: no GIL yield is asked for it meanwhile."""
+        return self.sigint.control_waits()
 
     def read_output_on_tick(self, reader: OutputReader) -> None:
         """Ask `reader` on every watchdog tick which cells wrote since it last asked (an output stream's)."""

@@ -14,16 +14,19 @@ interrupt while one C call that checks signals holds the GIL.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 import types
+from collections.abc import Iterator
 
 from .. import native
 from ..protocol import REASON_SIGNAL
 from .core import CancellationCore
 
-# At most this long the main thread lets go of the GIL when asked to yield (less once the waiting thread ran).
-YIELD_SLEEP = 0.002
+# At most this long the main thread lets go of the GIL when asked to yield; it takes it back as soon as the thread
+# that asked has acted (or the interrupt arrived), so the bound only matters when that thread is slow to run.
+YIELD_SLEEP = 0.02
 # glibc keeps the first real-time signals for itself; SIGRTMIN+3 is free and rarely used.
 YIELD_SIGNAL_OFFSET = 3
 
@@ -38,6 +41,7 @@ class SigintOwner:
     def __init__(self, core: CancellationCore):
         self.core = core
         self._run_code_codes: set[types.CodeType] = set()
+        self._control_fd: int | None = None  # the control socket's descriptor the yield thread watches
 
     def register_run_code(self, code: types.CodeType) -> None:
         """Frames of this code object mark "inside the shell's run_code": only there does SIGINT raise."""
@@ -84,7 +88,22 @@ class SigintOwner:
         which it cannot while one C call holds the GIL: an interrupt then reaches a
         cooperative loop in a few milliseconds instead of the stall's tens.
         """
+        self._control_fd = fd
         native.yield_for_readable(fd)
+
+    @contextlib.contextmanager
+    def control_waits(self) -> Iterator[None]:
+        """The control thread leaves its socket unread on purpose (it waits for the cells it interrupted):
+        a message unread meanwhile is not a GIL held from it, so the yield thread does not watch."""
+        fd = self._control_fd
+        if fd is None:
+            yield
+            return
+        native.yield_for_readable(-1)
+        try:
+            yield
+        finally:
+            native.yield_for_readable(fd)
 
     def _on_sigint(self, signum: int, frame: types.FrameType | None) -> None:
         # Runs on the main thread between bytecodes, possibly inside the core's

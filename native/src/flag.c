@@ -209,21 +209,23 @@ int ck_thread_cancelled(void) {
 /* A pause lets go of the GIL in steps this long, until the yield is no longer asked (the waiting thread ran). */
 #define CK_PAUSE_STEP_US 50
 
-void ck_yield_pause(long max_us) {
-    /* Ends as soon as the waiting thread (the control thread reading an interrupt, a starved watchdog) has run:
-       the yield thread or the heartbeat clears the bit; an interrupt delivered meanwhile ends it too. */
+void ck_yield_pause(long max_us, int until_cancelled) {
+    /* Ends as soon as the waiting thread (the control thread reading an interrupt, a starved watchdog) has acted:
+       it or the heartbeat clears the bit.  A signal ends it (its Python handler runs next), and so does this
+       thread's cancel flag if `until_cancelled`: a cancel point reads the flag itself, while a call that only
+       checks Python's signals must wait for the SIGINT the control thread sends after setting the flag. */
     double until = ck_monotonic() + (double)max_us * 1e-6;
     struct timespec step = {0, CK_PAUSE_STEP_US * 1000};
     PyThreadState *ts = PyEval_SaveThread();
     do {
-        if (nanosleep(&step, NULL) != 0 && errno == EINTR) break;  /* a signal: its Python handler runs next */
-    } while (ck_yield_requested() && !ck_thread_cancelled() && ck_monotonic() < until);
+        if (nanosleep(&step, NULL) != 0 && errno == EINTR) break;
+    } while (ck_yield_requested() && !(until_cancelled && ck_thread_cancelled()) && ck_monotonic() < until);
     PyEval_RestoreThread(ts);
 }
 
 int ck_slow_check(void) {
     if ((__atomic_load_n(&ck_summary->f.cancelled, __ATOMIC_RELAXED) & CK_YIELD_BIT) && PyGILState_Check())
-        ck_yield_pause(1000);
+        ck_yield_pause(1000, 1);
     return ck_thread_cancelled();
 }
 

@@ -65,8 +65,9 @@ CK_INTERNAL uint32_t ck_running_gen(void);
 CK_INTERNAL int ck_thread_cancelled(void);
 /* What the inline checks call once the summary is non-zero: yield the GIL if asked, then ck_thread_cancelled. */
 CK_INTERNAL int ck_slow_check(void);
-/* With the GIL: let go of it while a yield is asked and this thread is not cancelled, at most max_us. */
-CK_INTERNAL void ck_yield_pause(long max_us);
+/* With the GIL: let go of it while a yield is asked (and, if until_cancelled, this thread is not cancelled),
+   at most max_us. */
+CK_INTERNAL void ck_yield_pause(long max_us, int until_cancelled);
 /* The int the calling thread's execution sets; NULL: no slot is free. */
 CK_INTERNAL int *ck_flag_ptr(void);
 /* The summary's `cancelled`: what the C API hands to plain C extensions. */
@@ -98,6 +99,8 @@ CK_INTERNAL uint32_t ck_take_arrival(void);
 /* 0: started (or already running, parameters updated), -1: pthread_create failed.  signum 0: no signal. */
 CK_INTERNAL int ck_start_yield(int signum, int stall_ms);
 CK_INTERNAL void ck_beat(void);
+/* The control thread acted on the message a yield was asked for: the yield ends. */
+CK_INTERNAL void ck_control_acted(void);
 /* An execution began: wake the yield thread if it sleeps because none ran. */
 CK_INTERNAL void ck_yield_wake(void);
 /* Watch `fd` (the control socket's) while executions run: a message it holds unread asks for a yield at once; -1: none. */

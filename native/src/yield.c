@@ -16,10 +16,10 @@
  * control thread takes the message in, which it cannot do while one C call holds
  * the GIL.  A message unread for CK_WAIT_YIELD_US asks for the yield at once
  * (instead of after the heartbeat's stall), and, with a signal number, one unread
- * for CK_WAIT_SIGNAL_US signals the main thread too; the bit is cleared once
- * the control thread acted on the message (or the watchdog ticked), and a pause
- * (ck_yield_pause) ends then, or when the interrupt arrived, so a cooperative
- * loop pauses only while it must.  The signal comes after the switch
+ * for CK_WAIT_SIGNAL_US signals the main thread too (again every
+ * CK_WAIT_SIGNAL_EVERY_US); the bit is cleared once the control thread acted on
+ * the message (ck_control_acted), and a pause (ck_yield_pause) ends then, or
+ * when the interrupt arrived, so a cooperative loop pauses only while it must.  The signal comes after the switch
  * interval (0.5 ms) would have handed the GIL to a thread waiting for it, had the
  * main thread been running bytecode.
  */
@@ -51,6 +51,9 @@ static int ck_yield_signal;
 static int ck_yield_stall_ms;
 static int ck_yield_running;
 static int ck_watch_fd = -1;
+/* Set while a yield is asked for the control thread: only it (ck_control_acted) or the yield thread ends that one,
+   never the watchdog's heartbeat, whose tick may come first and would hand the GIL back too early. */
+static int ck_control_yield;
 static pthread_mutex_t ck_yield_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t ck_yield_cond = PTHREAD_COND_INITIALIZER;
 
@@ -83,26 +86,34 @@ static int ck_tick(int watch) {
     return 0;
 }
 
-/* A control message is waiting: give the control thread the GIL until it took the message in.
-   A yield asked stays asked once the message is taken: the control thread ends it when it has acted on the
-   message (ck_beat), else the watchdog's next tick does.  Returns 0, or 1 if it stayed unread past
-   CK_WAIT_GIVE_UP_US. */
+static void ck_end_control_yield(void) {
+    __atomic_store_n(&ck_control_yield, 0, __ATOMIC_RELEASE);
+    ck_clear_yield();
+}
+
+void ck_control_acted(void) {
+    if (__atomic_load_n(&ck_control_yield, __ATOMIC_ACQUIRE)) ck_end_control_yield();
+}
+
+/* A control message is waiting: give the control thread the GIL until it acted on the message (ck_control_acted),
+   not merely took it in: a pause that ended then would let a GIL-held call run on before the interrupt is
+   delivered.  Returns 0, or 1 if the message stayed unread past CK_WAIT_GIVE_UP_US (or unacted on). */
 static int ck_control_waiting(int fd) {
     struct timespec step = {0, CK_WAIT_STEP_US * 1000};
     double began = ck_monotonic(), signalled = -1.0;
-    int asked = 0, gave_up = 0, taken = 0;
+    int asked = 0, gave_up = 0;
     while (ck_any_running()) {
         nanosleep(&step, NULL);
-        if (!ck_readable(fd, 0)) {
-            taken = 1;
-            break;
-        }
+        if (__atomic_load_n(&ck_watch_fd, __ATOMIC_RELAXED) != fd) break;  /* unwatched: the control thread waits */
+        int unread = ck_readable(fd, 0);
+        if (!unread && !(asked && __atomic_load_n(&ck_control_yield, __ATOMIC_ACQUIRE))) break;
         double waited = (ck_monotonic() - began) * 1e6;  /* microseconds */
         if (waited >= CK_WAIT_GIVE_UP_US) {
             gave_up = 1;
             break;
         }
         if (waited >= CK_WAIT_YIELD_US && !asked) {
+            __atomic_store_n(&ck_control_yield, 1, __ATOMIC_RELEASE);
             ck_set_yield();
             asked = 1;
         }
@@ -112,7 +123,7 @@ static int ck_control_waiting(int fd) {
             signalled = waited;
         }
     }
-    if (asked && !taken) ck_clear_yield();
+    if (asked) ck_end_control_yield();  /* acted on (a no-op then), no execution left, or given up */
     return gave_up;
 }
 
@@ -170,7 +181,7 @@ int ck_start_yield(int signum, int stall_ms) {
 
 void ck_beat(void) {
     __atomic_add_fetch(&ck_heartbeat, 1, __ATOMIC_RELAXED);
-    ck_clear_yield();
+    if (!__atomic_load_n(&ck_control_yield, __ATOMIC_ACQUIRE)) ck_clear_yield();
 }
 
 /* --- cancellable sleep --- */

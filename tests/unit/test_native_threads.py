@@ -372,8 +372,8 @@ def test_a_message_left_unread_asks_for_the_yield_until_it_is_read():
         assert f.yield_requested() is False
         writer.send(b"x")                 # a message nobody takes in
         until(f.yield_requested)
-        reader.recv(1)                    # taken in, and acted on (the control thread beats): the request ends
-        f.gil_heartbeat()
+        reader.recv(1)                    # taken in, and acted on by the control thread: the request ends
+        f.control_acted()
         until(lambda: not f.yield_requested())
         f.end(5)
         print("OK")
@@ -381,12 +381,16 @@ def test_a_message_left_unread_asks_for_the_yield_until_it_is_read():
     assert out.strip() == "OK"
 
 
-@pytest.mark.parametrize("ended_by", ["the interrupt", "the taker's beat"])
-def test_a_yield_pause_lasts_until_the_interrupt_or_the_beat(ended_by: str):
-    """A pause lets go of the GIL while the yield is asked: it ends when this thread's execution is cancelled
-    or when the thread that wanted the GIL acted (its beat), long before its bound."""
+@pytest.mark.parametrize("ended_by", ["the SIGINT", "the control thread acting", "the flag alone", "a heartbeat"])
+def test_a_yield_pause_lasts_until_the_interrupt_arrives_or_the_control_thread_acted(ended_by: str):
+    """The signal handler's pause lets go of the GIL while a yield is asked for the control thread: it ends when
+    the SIGINT arrives or the control thread acted on its message.  Neither the cancel flag alone (a call that
+    checks only Python's signals would run on before the SIGINT that follows it) nor the watchdog's heartbeat
+    (it may tick before the control thread ran) ends it."""
+    ends = ended_by in ("the SIGINT", "the control thread acting")
+    bound = 300.0 if ends else 0.03
     out = _run(f"""
-        import socket, threading, time
+        import signal, socket, threading, time
         from cancelkernel.native import _flag as f
 
         reader, writer = socket.socketpair()
@@ -396,25 +400,37 @@ def test_a_yield_pause_lasts_until_the_interrupt_or_the_beat(ended_by: str):
         writer.send(b"x")
         while not f.yield_requested():
             time.sleep(0.001)
-        reader.recv(1)  # taken in: the request stays until the taker acted
+        reader.recv(1)  # taken in: the request stays until the control thread acted
         paused = threading.Event()
+        main = threading.get_ident()
 
-        def taker():
+        def other():
             paused.wait()
-            if {ended_by!r} == "the interrupt":
-                f.cancel(5)
-            else:
+            if {ended_by!r} == "the SIGINT":
+                signal.pthread_kill(main, signal.SIGINT)
+            elif {ended_by!r} == "the control thread acting":
+                f.control_acted()
+            elif {ended_by!r} == "a heartbeat":
                 f.gil_heartbeat()
+            else:
+                f.cancel(5)
 
-        helper = threading.Thread(target=taker)
+        helper = threading.Thread(target=other)
         helper.start()
-        began = time.monotonic()
         threading.Timer(0, paused.set).start()  # runs only because the pause lets go of the GIL
-        f.yield_pause(300.0)
+        began = time.monotonic()
+        try:
+            f.yield_pause({bound})
+        except KeyboardInterrupt:
+            pass
         waited = time.monotonic() - began
         helper.join()
+        f.control_acted()
         f.end(5)
-        assert waited < 60, waited  # ended by the helper, not by its 300 s bound
+        if {ends!r}:
+            assert waited < 60, waited  # ended by the helper, not by its bound
+        else:
+            assert waited >= {bound}, waited  # the whole bound: nothing it waits for came
         print("OK")
     """)
     assert out.strip() == "OK"
