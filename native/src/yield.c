@@ -19,9 +19,9 @@
  * for CK_WAIT_SIGNAL_US signals the main thread too (again every
  * CK_WAIT_SIGNAL_EVERY_US); the bit is cleared once the control thread acted on
  * the message (ck_control_acted), and a pause (ck_yield_pause) ends then, or
- * when the interrupt arrived, so a cooperative loop pauses only while it must.  The signal comes after the switch
- * interval (0.5 ms) would have handed the GIL to a thread waiting for it, had the
- * main thread been running bytecode.
+ * when the interrupt arrived, so a cooperative loop pauses only while it must.
+ * The signal comes after the switch interval (0.5 ms) would have handed the GIL
+ * to a waiting thread, had the main thread been running bytecode.
  */
 
 /* First, as in any extension: it sets the feature macros (POSIX, XSI) the headers below depend on. */
@@ -41,7 +41,8 @@
 #define CK_WAIT_YIELD_US 200
 #define CK_WAIT_SIGNAL_US 600
 #define CK_WAIT_SIGNAL_EVERY_US 20000
-/* Unread this long, it is not the GIL (the control thread is busy elsewhere): the fd is left alone a while. */
+/* Unread (or not acted on) this long, it is not the GIL (the control thread is busy elsewhere): the fd is left
+   alone a while. */
 #define CK_WAIT_GIVE_UP_US 100000
 #define CK_WAIT_COOLDOWN_TICKS 10
 #define CK_TICK_MS 10
