@@ -31,15 +31,9 @@ def ipython_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     IPython's history thread printed its error into a cell's output.
     """
     path = str(tmp_path_factory.mktemp("ipython"))
-    before = os.environ.get("IPYTHONDIR")
-    os.environ["IPYTHONDIR"] = path
-    try:
+    with pytest.MonkeyPatch.context() as environment:
+        environment.setenv("IPYTHONDIR", path)
         yield path
-    finally:
-        if before is None:
-            os.environ.pop("IPYTHONDIR", None)
-        else:
-            os.environ["IPYTHONDIR"] = before
 
 
 @pytest.fixture(scope="session", autouse=True)

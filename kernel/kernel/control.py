@@ -118,7 +118,7 @@ class ControlRequests:
             return
         assert request is not None
         reply = self.interrupt(request.get("content"))
-        self._runtime.control_handled()
+        self._runtime.control_acted()
         self._delivered = (str(header.get("msg_id")), reply)
         self._wait_for_replies(reply.get("executions") or [])
 

@@ -235,7 +235,7 @@ class CancelKernel(KernelOptions, IPythonKernel):
         if status == protocol.KERNEL_BUSY and channel == "control":
             self.control_requests.deliver_early(parent)  # an interrupt before the status that announces it
         elif status == protocol.KERNEL_IDLE and channel == "control":
-            self.runtime.control_handled()
+            self.runtime.control_acted()
         for state, on, about in self.busy_idle.statuses(status, channel, parent):
             # Remembered first: a client that saw the idle and asks kernel_info at once must not hear busy.
             self.main_shell.published(state, on, about)

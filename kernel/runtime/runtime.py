@@ -166,7 +166,7 @@ class Runtime:
     def cancel_all(self, reason: str, *, subshell_id: str | object | None = ...) -> list[Execution]:
         return self.core.cancel_all(reason, subshell_id=subshell_id)
 
-    def control_handled(self) -> None:
+    def control_acted(self) -> None:
         """The control thread acted on a message: the GIL yield asked for it ends (native/src/yield.c)."""
         native.control_acted()
 

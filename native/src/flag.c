@@ -210,8 +210,8 @@ int ck_thread_cancelled(void) {
 #define CK_PAUSE_STEP_US 50
 
 void ck_yield_pause(long max_us, int until_cancelled) {
-    /* Ends as soon as the waiting thread (the control thread reading an interrupt, a starved watchdog) has acted:
-       it or the heartbeat clears the bit.  A signal ends it (its Python handler runs next), and so does this
+    /* Ends as soon as the waiting thread has acted and cleared the bit: the control thread reading an interrupt
+       (ck_control_acted), a starved watchdog (its heartbeat).  A signal ends it (its Python handler runs next), and so does this
        thread's cancel flag if `until_cancelled`: a cancel point reads the flag itself, while a call that only
        checks Python's signals must wait for the SIGINT the control thread sends after setting the flag. */
     double until = ck_monotonic() + (double)max_us * 1e-6;
