@@ -59,6 +59,38 @@ class _CancelKernelTests(jkt.KernelTests):
     _ipython_dir: str
     exec_thread = ""
 
+    def execute_helper(
+        self,
+        code: str,
+        timeout: int = jkt.TIMEOUT,
+        silent: bool = False,
+        store_history: bool = True,
+        stop_on_error: bool = True,
+    ) -> tuple[dict[str, t.Any], list[dict[str, t.Any]]]:
+        """jupyter_kernel_test's helper, waiting for the cell's idle status instead of a quiet 0.1 s.
+
+        Upstream reads iopub with a fixed 0.1 s timeout after the reply, which
+        raises Empty on a loaded machine before the idle status is published.
+        """
+        msg_id = self.kc.execute(code=code, silent=silent, store_history=store_history, stop_on_error=stop_on_error)
+        reply = self.get_non_kernel_info_reply(timeout=timeout)
+        assert reply is not None
+        jkt.validate_message(reply, "execute_reply", msg_id)
+        busy_msg = self.kc.get_iopub_msg(timeout=timeout)
+        jkt.validate_message(busy_msg, "status", msg_id)
+        assert busy_msg["content"]["execution_state"] == "busy"
+        output_msgs = []
+        while True:
+            msg = self.kc.get_iopub_msg(timeout=timeout)
+            jkt.validate_message(msg, msg["msg_type"], msg_id)
+            if msg["msg_type"] == "status":
+                assert msg["content"]["execution_state"] == "idle"
+                return reply, output_msgs
+            if msg["msg_type"] == "execute_input":
+                assert msg["content"]["code"] == code
+                continue
+            output_msgs.append(msg)
+
     def test_kernel_info_is_ours(self) -> None:
         """The spec started our kernel, in the mode its argv bakes in."""
         self.flush_channels()
