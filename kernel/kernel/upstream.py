@@ -68,7 +68,10 @@ REVIEWED: dict[str, dict[str, str]] = {
     "IPython.core.interactiveshell:InteractiveShell.run_cell_async": {"9.18.1": "a5b3f160f41f1dd9"},
     "IPython.core.builtin_trap:BuiltinTrap": {"9.18.1": "927d9dafeabbf761"},  # locked: SharedBuiltinTrap
     "IPython.core.display_trap:DisplayTrap": {"9.18.1": "6cce391c74809437"},  # locked: SharedDisplayTrap
-    "IPython.core.displayhook:DisplayHook": {"9.18.1": "28323f2bd953e644"},  # per cell: CellDisplayHook
+    "IPython.core.displayhook:DisplayHook": {
+        "9.18.1": "28323f2bd953e644",
+        "9.19.1": "0956426144092549",
+    },  # per cell: CellDisplayHook
     "ipykernel.displayhook:ZMQShellDisplayHook": {"7.4.0": "235050de90c39247"},  # per cell: CellDisplayHook
     "IPython.core.payload:PayloadManager": {"9.18.1": "69bf5f6121699f48"},  # per cell: CellPayloads
     # extended: CancelShell
