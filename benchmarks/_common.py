@@ -64,6 +64,33 @@ STOCK_AND_OURS: dict[str, tuple[str, tuple[str, ...]]] = {
     "worker": ("cancelkernel", ("--CancelKernel.exec_thread=worker",)),
 }
 
+BASE_SUFFIX = "-base"  # "main-base": main mode of the cancelkernel installed in --baseline DIR
+
+
+def kernel_from(
+    label: str, baseline: str | None, kernels: dict[str, tuple[str, tuple[str, ...]]] | None = None, **kwargs: Any
+) -> Kernel:
+    """An unstarted Kernel for a label of `kernels` (default STOCK_AND_OURS), or "<mode>-base": that mode
+    importing cancelkernel from `baseline`."""
+    name, extra = (kernels or STOCK_AND_OURS)[label.removesuffix(BASE_SUFFIX)]
+    if label.endswith(BASE_SUFFIX):
+        if not baseline:
+            raise ValueError(f"{label} needs --baseline DIR")
+        kwargs["env"] = {**(kwargs.get("env") or {}), "PYTHONPATH": os.path.abspath(baseline)}
+    return Kernel(name, label=label, extra_arguments=extra, **kwargs)
+
+
+def check_imported_from(kernel: Kernel, baseline: str | None) -> None:
+    """Raise unless a "<mode>-base" kernel imported cancelkernel from `baseline` (a PYTHONPATH that did not apply)."""
+    if not (kernel.label.endswith(BASE_SUFFIX) and baseline):
+        return
+    kc = kernel.kc
+    assert kc is not None
+    reply = wait_reply(kc, kc.execute("pass", user_expressions={"from": "__import__('cancelkernel').__file__"}))
+    where = reply["content"]["user_expressions"]["from"]["data"]["text/plain"]
+    if os.path.abspath(baseline) not in where:
+        raise RuntimeError(f"{kernel.label} imported cancelkernel from {where}, not from {baseline}")
+
 
 def percentile(samples: Iterable[float], q: float) -> float | None:
     """Linear-interpolated percentile (q in 0..100); math.inf samples count as the largest.

@@ -44,6 +44,7 @@ import zmq
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import (
     Kernel,
+    check_imported_from,
     drain_channel,
     environment,
     fmt_seconds,
@@ -214,12 +215,7 @@ class Bench:
     def start(self) -> None:
         self.kernel.start()
         self._set_state()
-        if self.config.baseline:
-            where_from = {"f": "__import__('cancelkernel').__file__"}
-            reply = self.execute("pass", timeout=CHECK_TIMEOUT, user_expressions=where_from)
-            where = reply["content"]["user_expressions"]["f"]["data"]["text/plain"]
-            if self.config.baseline not in where:
-                raise RuntimeError(f"{self.config.label} imported cancelkernel from {where}, not from the baseline")
+        check_imported_from(self.kernel, self.config.baseline)
 
     def _set_state(self) -> None:
         reply = self.execute(f"_bench_state = {self.token!r}", timeout=CHECK_TIMEOUT, silent=True)

@@ -44,9 +44,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import (
     STOCK_AND_OURS,
     Kernel,
+    check_imported_from,
     cpu_seconds,
     environment,
     fmt_seconds,
+    kernel_from,
     kernels_cleaned_up,
     markdown_table,
     percentile,
@@ -240,16 +242,11 @@ def breakdown(kernel: Kernel) -> dict[str, float]:
 
 def start(label: str, baseline: str | None) -> Kernel:
     """A kernel of KERNELS (or, for "<mode>-base", that mode importing cancelkernel from `baseline`), set up."""
-    base = label.endswith("-base")
-    name, extra = KERNELS[label.removesuffix("-base")]
-    env = {"PYTHONPATH": os.path.abspath(baseline)} if base and baseline else None
-    kernel = lossless(Kernel(name, label=label, extra_arguments=extra, env=env, output=subprocess.DEVNULL).start())
+    kernel = lossless(kernel_from(label, baseline, KERNELS, output=subprocess.DEVNULL).start())
+    check_imported_from(kernel, baseline)
     kc = kernel.kc
     assert kc is not None
-    reply = wait_reply(kc, kc.execute(SETUP, user_expressions={"from": "__import__('cancelkernel').__file__"}))
-    where = reply["content"]["user_expressions"]["from"]["data"]["text/plain"] if name == "cancelkernel" else ""
-    if base and baseline and os.path.abspath(baseline) not in where:
-        raise RuntimeError(f"{label} imported cancelkernel from {where}, not from {baseline}")
+    wait_reply(kc, kc.execute(SETUP))
     return kernel
 
 

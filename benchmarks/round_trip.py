@@ -18,6 +18,7 @@ alone on a machine has), and the CPU time the kernel process spent per cell
 
     python benchmarks/round_trip.py --runs 1000 --json benchmarks/results/round_trip.json
     python benchmarks/round_trip.py --kernels stock,main,worker --runs 300
+    python benchmarks/round_trip.py --baseline /tmp/ckbase --runs 300   # before/after a change, one run
 
 Prints p50 / p90 per kernel and cell, the p50 ratio to stock, and cells per
 second (1 / p50) for each; writes every raw sample to --json.
@@ -34,11 +35,14 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from _common import (  # noqa: E402
+    BASE_SUFFIX,
     STOCK_AND_OURS,
     Kernel,
+    check_imported_from,
     cpu_seconds,
     environment,
     fmt_seconds,
+    kernel_from,
     kernels_cleaned_up,
     markdown_table,
     percentile,
@@ -96,6 +100,8 @@ def summarize(samples: dict[str, dict[str, list[float]]], labels: list[str]) -> 
         headers += [f"{label} p50", f"{label} p90"]
         if label != "stock" and "stock" in labels:
             headers += [f"{label} ÷ stock p50", f"{label} ÷ stock p90"]
+        if f"{label}{BASE_SUFFIX}" in labels:
+            headers.append(f"{label} ÷ {label}{BASE_SUFFIX} p50")
         headers.append(f"{label} cells/s")
     rows = []
     for cell, code in CELLS.items():
@@ -106,6 +112,9 @@ def summarize(samples: dict[str, dict[str, list[float]]], labels: list[str]) -> 
             if label != "stock" and "stock" in labels:
                 ref = summary["stock"][cell]
                 row += [f"{st['p50'] / ref['p50']:.2f}×", f"{st['p90'] / ref['p90']:.2f}×"]
+            if f"{label}{BASE_SUFFIX}" in labels:
+                ref = summary[f"{label}{BASE_SUFFIX}"][cell]
+                row.append(f"{st['p50'] / ref['p50']:.2f}×")
             row.append(f"{1 / st['p50']:.0f}")
         rows.append(row)
     return markdown_table(headers, rows), summary
@@ -116,19 +125,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=1000, help="samples per cell and kernel (default 1000)")
     parser.add_argument("--warm-up", type=int, default=20, help="untimed rounds first (default 20)")
     parser.add_argument("--kernels", default="stock,main", help=f"comma-separated, from {','.join(KERNELS)}")
+    parser.add_argument(
+        "--baseline",
+        metavar="DIR",
+        help="also run main and worker mode of the cancelkernel installed in DIR (`pip install --no-deps --target DIR "
+        "CHECKOUT`) as main-base and worker-base: before and after a change in one run",
+    )
     parser.add_argument("--json", metavar="FILE", help="write every raw sample and the environment here")
     args = parser.parse_args(argv)
     labels = [k for k in KERNELS if k in args.kernels.split(",")]
+    if args.baseline:
+        labels += [f"{mode}{BASE_SUFFIX}" for mode in ("main", "worker") if mode in labels]
     samples: dict[str, dict[str, list[float]]] = {label: {cell: [] for cell in CELLS} for label in labels}
     began = time.time()
     load_before = os.getloadavg()
     with kernels_cleaned_up(), private_kernelspecs():
         kernels = {}
         for label in labels:
-            name, extra = KERNELS[label]
             # Each kernel its own IPython directory: two kernels writing one history database would wait on each other.
             env = {"IPYTHONDIR": tempfile.mkdtemp(prefix=f"ck-round-trip-{label}-")}
-            kernels[label] = Kernel(name, label=label, extra_arguments=extra, env=env).start()
+            kernels[label] = kernel_from(label, args.baseline, env=env).start()
+            check_imported_from(kernels[label], args.baseline)
         for kernel in kernels.values():
             warm_up(kernel, args.warm_up)
         cpu_before = {label: cpu_seconds(k.pid) for label, k in kernels.items() if k.pid}
