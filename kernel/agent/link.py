@@ -109,6 +109,16 @@ class KernelInfo:
         )
 
 
+# wait_control's answer when a message other than the reply settled the question.
+_SETTLED: dict = {}
+
+
+def _replies_to(message: tuple[str, dict], msg_id: str | None) -> bool:
+    """The execute_reply of cell `msg_id`."""
+    channel, msg = message
+    return bool(msg_id) and channel == "shell" and msg["parent_header"].get("msg_id") == msg_id
+
+
 def _text(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
@@ -323,14 +333,22 @@ class KernelLink:
             self._control_replies.pop(next(iter(self._control_replies)))
         self._control_replies[msg["parent_header"].get("msg_id", "")] = msg
 
-    def wait_control(self, msg_id: str, timeout: float) -> dict | None:
-        """The control reply to `msg_id`; messages that arrive meanwhile wait for the next poll."""
+    def wait_control(
+        self, msg_id: str, timeout: float, *, settled_by: t.Callable[[tuple[str, dict]], bool] | None = None
+    ) -> dict | None:
+        """The control reply to `msg_id`; messages that arrive meanwhile wait for the next poll.
+
+        settled_by: a message that makes the reply moot ends the wait with `_SETTLED` (the reply is kept if it comes).
+        """
         deadline = time.monotonic() + timeout
         while msg_id not in self._control_replies:
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
-            self._pending.extend(m for m in self._receive(min(left, 0.05)) if m[0] != "control")
+            arrived = [m for m in self._receive(min(left, 0.05)) if m[0] != "control"]
+            self._pending.extend(arrived)
+            if settled_by is not None and msg_id not in self._control_replies and any(map(settled_by, arrived)):
+                return _SETTLED
         return self._control_replies.pop(msg_id)
 
     def shell_request(self, msg_type: str, content: dict, *, timeout: float, reply_type: str) -> dict | None:
@@ -376,7 +394,13 @@ class KernelLink:
         if not self.info.ours and self.lifecycle.manager is not None and self.lifecycle.interrupt_mode() == "signal":
             return InterruptSent(sent, "signal" if self.signal(signal.SIGINT) else "none")
         content = {"target": target} if self.info.ours and target else {}
-        reply = self.control(protocol.INTERRUPT_REQUEST, content, timeout=0.0 if wedged else CONTROL_ANSWER)
+        transport = self._transport()
+        msg_id = transport.send("control", protocol.INTERRUPT_REQUEST, content)
+        timeout = CONTROL_ANSWER + transport.link_delay() if not wedged else 0.0
+        # Our kernel answers once the interrupted cell replied: that reply already says the interrupt arrived.
+        reply = self.wait_control(msg_id, timeout, settled_by=lambda m: _replies_to(m, target))
+        if reply is _SETTLED:
+            return InterruptSent(sent, "message")
         if reply is not None:
             return InterruptSent(sent, "message", reply.get("content") or {})
         outside = self.lifecycle.outside_interrupt(self.info.pid)

@@ -284,3 +284,21 @@ def test_connecting_while_another_clients_cell_runs() -> None:
             assert now.executions == []
         finally:
             ak.close()
+
+
+@pytest.mark.parametrize("name", ["cancelkernel", "python3"])
+def test_a_control_reply_made_moot_by_the_cells_reply_ends_the_wait(name: str) -> None:
+    """The interrupt's wait for its control reply ends at the interrupted cell's execute_reply (which
+    already says the interrupt arrived, or that the cell ended anyway): no signal sent for a slow answer."""
+    from cancelkernel.agent.link import _SETTLED, _replies_to
+
+    with agent(name) as ak:
+        link = ak.link
+        assert link.transport is not None
+        # A control request no kernel answers: only the cell's reply can end this wait before its bound.
+        unanswered = link.transport.send("control", "no_such_request", {})
+        cell = link.execute("1")
+        answer = link.wait_control(unanswered, 60.0, settled_by=lambda m: _replies_to(m, cell))
+        assert answer is _SETTLED
+        assert any(channel == "shell" and _replies_to((channel, m), cell) for channel, m in link._pending)
+        assert ak.run("2 + 2").outputs[0]["data"]["text/plain"] == "4"  # the messages waiting were not lost
