@@ -12,6 +12,9 @@ import math
 import threading
 import time
 
+# Taken at import: cooperative waits replace time.sleep with one an interrupt ends early.
+_real_sleep = time.sleep
+
 # The Python API: the names in cancelkernel.native.API, each defined below (tests/unit/test_native_flag.py checks);
 # every other name here starts with an underscore.
 available = False
@@ -246,8 +249,8 @@ def yield_requested() -> bool:
 
 
 def yield_pause(seconds: float) -> None:
-    """No yield bit to watch: let go of the GIL for the whole time."""
-    time.sleep(seconds)
+    """No yield bit to watch: let go of the GIL for the whole time (the real sleep: a pause never raises)."""
+    _real_sleep(seconds)
 
 
 # --- Async exceptions into worker threads, atomic with respect to the windows.

@@ -579,3 +579,13 @@ def test_native_sleep_still_runs_python_signal_handlers():
     """,
     )
     assert out.split() == ["KeyboardInterrupt", "True"]
+
+
+def test_the_fallback_pause_uses_the_real_sleep(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A yield pause lets go of the GIL and never raises, even while cooperative waits replaced time.sleep."""
+
+    def replaced(seconds: float) -> None:
+        raise KeyboardInterrupt("the replaced sleep was called")
+
+    monkeypatch.setattr(time, "sleep", replaced)
+    _fallback.yield_pause(0.001)
