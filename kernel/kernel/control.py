@@ -9,7 +9,6 @@ may ask is checked here too (`parse_request`).
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import threading
 import time
@@ -24,6 +23,7 @@ from ..runtime.stacks import innermost_frame
 from . import metadata
 from .pending_cancels import PendingCancels
 from .replies import internal_error_text
+from .replies_left import RepliesLeft
 
 if t.TYPE_CHECKING:
     from ipykernel.shellchannel import ShellChannelThread
@@ -32,8 +32,6 @@ log = logging.getLogger(__name__)
 
 # Seconds between a deleted subshell's last reply being sent and the deletion (see stop_subshell_cell).
 FORWARD_PAUSE = 0.05
-# Seconds the control thread at most waits, without the GIL, for the cells it interrupted to reply (deliver_early).
-UNWIND_WAIT = 0.05
 
 
 class InterruptRequestError(ValueError):
@@ -81,6 +79,7 @@ class ControlRequests:
         pending_cancels: PendingCancels,
         start_lock: threading.Lock,
         shell_channel_thread: ShellChannelThread | None,
+        replies_left: RepliesLeft,
         *,
         exec_thread: protocol.ExecThread,
         interrupt_grace: float,
@@ -95,11 +94,8 @@ class ControlRequests:
         self.shutting_down = False  # set by the kernel: from then on an interrupt is refused
         # (msg_id, reply content) of an interrupt_request delivered before its busy status (deliver_early).
         self._delivered: tuple[str, dict[str, t.Any]] | None = None
-        # Interrupted cells the control thread waits for (msg_id -> set when the cell's shell went idle),
-        # and the last requests that went idle, so one that ended before it was waited for is not waited for.
-        self._unwinding: dict[str, threading.Event] = {}
-        self._recently_idle: collections.deque[str] = collections.deque(maxlen=64)
-        self._unwinding_lock = threading.Lock()
+        # The replies of interrupted cells the control thread waits for (deliver_early).
+        self._replies_left = replies_left
         # The last stack the kernel took of a cell (set by the kernel, told in cancel_status)
         self.last_stack: dict | None = None
 
@@ -109,39 +105,19 @@ class ControlRequests:
         """Act on an interrupt_request before the kernel publishes its busy status; `reply_to` then gives the reply.
 
         Publishing hands the GIL over (a busy cell holds it): the interrupt
-        goes out first, then this thread waits until the interrupted cells
-        replied (at most UNWIND_WAIT), so its own busy, reply and idle do not
-        take the GIL from them while they unwind and report.
+        goes out first, then this thread waits until the interrupted cells'
+        replies have left (replies_left.py), so its own busy, reply and idle
+        do not take the GIL from them while they unwind and report.
         """
         header = request.get("header") if isinstance(request, dict) else None
         if not isinstance(header, dict) or header.get("msg_type") != protocol.INTERRUPT_REQUEST:
             return
         assert request is not None
-        reply = self.interrupt(request.get("content"))
-        self._runtime.control_acted()
-        self._delivered = (str(header.get("msg_id")), reply)
-        self._wait_for_replies(reply.get("executions") or [])
-
-    def shell_idle(self, msg_id: str) -> None:
-        """A shell request's idle status was published: its reply has left (the kernel calls this)."""
-        with self._unwinding_lock:
-            self._recently_idle.append(msg_id)
-            waiting = self._unwinding.get(msg_id)
-        if waiting is not None:
-            waiting.set()
-
-    def _wait_for_replies(self, msg_ids: list[str]) -> None:
-        with self._unwinding_lock:
-            events = [self._unwinding.setdefault(m, threading.Event()) for m in msg_ids if m not in self._recently_idle]
-        deadline = time.monotonic() + UNWIND_WAIT
-        try:
-            with self._runtime.control_waits():
-                for event in events:
-                    event.wait(max(0.0, deadline - time.monotonic()))
-        finally:
-            with self._unwinding_lock:
-                for m in msg_ids:
-                    self._unwinding.pop(m, None)
+        with self._replies_left.watching():
+            reply = self.interrupt(request.get("content"))
+            self._runtime.control_acted()
+            self._delivered = (str(header.get("msg_id")), reply)
+            self._replies_left.wait(reply.get("executions") or [], self._runtime.control_waits())
 
     def reply_to(self, request: dict) -> dict[str, t.Any]:
         """The reply content of `request` (an interrupt_request): what deliver_early did, else the interrupt now."""

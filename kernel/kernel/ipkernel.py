@@ -50,6 +50,7 @@ from .notes import CellNotes
 from .options import KernelOptions
 from .pending_cancels import PendingCancels
 from .replies import InternalError, count_as_run, error_reply, escaped_interrupt_reply, internal_error_text
+from .replies_left import RepliesLeft
 from .shell import CancelShell
 from .status import BusyIdle, MainShellState
 from .streams import connect_streams
@@ -111,11 +112,13 @@ class CancelKernel(KernelOptions, IPythonKernel):
         )
         if self.gil_yield and (fd := _control_fd(self.control_stream)) is not None:
             self.runtime.sigint.yield_for_control(fd)
+        self.replies_left = RepliesLeft(self.shell_stream)
         self.control_requests = ControlRequests(
             self.runtime,
             self.pending_cancels,
             self._start_lock,
             self.shell_channel_thread,
+            self.replies_left,
             exec_thread=self.exec_thread,
             interrupt_grace=self.interrupt_grace,
         )
@@ -236,12 +239,14 @@ class CancelKernel(KernelOptions, IPythonKernel):
             self.control_requests.deliver_early(parent)  # an interrupt before the status that announces it
         elif status == protocol.KERNEL_IDLE and channel == "control":
             self.runtime.control_acted()
+        if status == protocol.KERNEL_IDLE and channel == "shell" and parent:
+            self.replies_left.hand_over(parent.get("header", {}).get("msg_id", ""))  # an interrupted cell's reply first
         for state, on, about in self.busy_idle.statuses(status, channel, parent):
             # Remembered first: a client that saw the idle and asks kernel_info at once must not hear busy.
             self.main_shell.published(state, on, about)
             super()._publish_status(state, on, about)
         if status == protocol.KERNEL_IDLE and channel == "shell" and parent:
-            self.control_requests.shell_idle(parent.get("header", {}).get("msg_id", ""))  # its reply has left
+            self.replies_left.idle(parent.get("header", {}).get("msg_id", ""))
 
     # -- requests of our own --
 
