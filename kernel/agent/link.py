@@ -315,14 +315,24 @@ class KernelLink:
         self._pending.clear()
         self._control_replies.clear()
 
-    def control(self, msg_type: str, content: dict | None = None, *, timeout: float) -> dict | None:
+    def control(
+        self,
+        msg_type: str,
+        content: dict | None = None,
+        *,
+        timeout: float,
+        settled_by: t.Callable[[tuple[str, dict]], bool] | None = None,
+    ) -> dict | None:
         """A control request; its reply, or None if none came within `timeout` (wedged, or not understood).
 
         `timeout` is the kernel's time to answer: the link's round trip is added (none when it is 0: do not wait).
+        `settled_by`: as wait_control's.
         """
         transport = self._transport()
         msg_id = transport.send("control", msg_type, content or {})
-        return self.wait_control(msg_id, timeout + transport.link_delay() if timeout > 0 else timeout)
+        return self.wait_control(
+            msg_id, timeout + transport.link_delay() if timeout > 0 else timeout, settled_by=settled_by
+        )
 
     def link_delay(self) -> float:
         """Seconds a reply takes beyond the kernel's own time on this link (0 on the kernel's host)."""
@@ -394,11 +404,13 @@ class KernelLink:
         if not self.info.ours and self.lifecycle.manager is not None and self.lifecycle.interrupt_mode() == "signal":
             return InterruptSent(sent, "signal" if self.signal(signal.SIGINT) else "none")
         content = {"target": target} if self.info.ours and target else {}
-        transport = self._transport()
-        msg_id = transport.send("control", protocol.INTERRUPT_REQUEST, content)
-        timeout = CONTROL_ANSWER + transport.link_delay() if not wedged else 0.0
         # Our kernel answers once the interrupted cell replied: that reply already says the interrupt arrived.
-        reply = self.wait_control(msg_id, timeout, settled_by=lambda m: _replies_to(m, target))
+        reply = self.control(
+            protocol.INTERRUPT_REQUEST,
+            content,
+            timeout=0.0 if wedged else CONTROL_ANSWER,
+            settled_by=lambda m: _replies_to(m, target),
+        )
         if reply is _SETTLED:
             return InterruptSent(sent, "message")
         if reply is not None:

@@ -239,14 +239,17 @@ class CancelKernel(KernelOptions, IPythonKernel):
             self.control_requests.deliver_early(parent)  # an interrupt before the status that announces it
         elif status == protocol.KERNEL_IDLE and channel == "control":
             self.runtime.control_acted()
+        shell_idle = None  # the msg_id of a shell request going idle
         if status == protocol.KERNEL_IDLE and channel == "shell" and parent:
-            self.replies_left.hand_over(parent.get("header", {}).get("msg_id", ""))  # an interrupted cell's reply first
+            shell_idle = parent.get("header", {}).get("msg_id", "")
+        if shell_idle is not None:
+            self.replies_left.hand_over(shell_idle)  # an interrupted cell's reply leaves first
         for state, on, about in self.busy_idle.statuses(status, channel, parent):
             # Remembered first: a client that saw the idle and asks kernel_info at once must not hear busy.
             self.main_shell.published(state, on, about)
             super()._publish_status(state, on, about)
-        if status == protocol.KERNEL_IDLE and channel == "shell" and parent:
-            self.replies_left.idle(parent.get("header", {}).get("msg_id", ""))
+        if shell_idle is not None:
+            self.replies_left.idle(shell_idle)
 
     # -- requests of our own --
 

@@ -43,12 +43,14 @@ def in_thread(target: t.Callable[[], None]) -> tuple[threading.Thread, threading
     return thread, done
 
 
-def waiting_for(replies: RepliesLeft, msg_id: str) -> None:
-    """Until the control thread registered its wait for `msg_id` (state, not the clock)."""
+def control_waits_for(replies: RepliesLeft, msg_id: str) -> tuple[threading.Thread, threading.Event]:
+    """The control thread's wait for `msg_id`, in a thread, once registered (state, not the clock)."""
+    thread, done = in_thread(lambda: replies.wait([msg_id], threading.Lock(), timeout=BOUND))
     deadline = time.monotonic() + BOUND
     while msg_id not in replies._waiting:
         assert time.monotonic() < deadline
         time.sleep(0.001)
+    return thread, done
 
 
 def test_the_parent_msg_id_of_wire_frames() -> None:
@@ -73,8 +75,7 @@ def test_the_wait_ends_only_when_the_reply_was_sent_and_the_idle_published() -> 
     stream = SendReporter()
     replies = RepliesLeft(stream)
     with replies.watching():
-        thread, done = in_thread(lambda: replies.wait(["cell-1"], threading.Lock(), timeout=BOUND))
-        waiting_for(replies, "cell-1")
+        thread, done = control_waits_for(replies, "cell-1")
         replies.idle("cell-1")
         assert not done.wait(0.05)  # idle alone: the reply still waits in the queue between threads
         assert stream.callback is not None
@@ -96,8 +97,7 @@ def test_a_cell_that_replied_before_the_wait_is_not_waited_for() -> None:
 
 def test_without_a_stream_the_idle_alone_counts() -> None:
     replies = RepliesLeft(None)
-    thread, done = in_thread(lambda: replies.wait(["cell-1"], threading.Lock(), timeout=BOUND))
-    waiting_for(replies, "cell-1")
+    thread, done = control_waits_for(replies, "cell-1")
     replies.idle("cell-1")
     assert done.wait(BOUND)
     thread.join(BOUND)
@@ -108,8 +108,7 @@ def test_an_interrupted_cell_hands_over_until_its_reply_was_sent() -> None:
     stream = SendReporter()
     replies = RepliesLeft(stream)
     with replies.watching():
-        control, control_done = in_thread(lambda: replies.wait(["cell-1"], threading.Lock(), timeout=BOUND))
-        waiting_for(replies, "cell-1")
+        control, control_done = control_waits_for(replies, "cell-1")
         cell, handed_over = in_thread(lambda: replies.hand_over("cell-1", timeout=BOUND))
         deadline = time.monotonic() + BOUND
         while "cell-1" not in replies._sending:  # the cell's thread waits for the send (state, not the clock)
