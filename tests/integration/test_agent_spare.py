@@ -76,7 +76,10 @@ def test_a_spare_that_cannot_start_falls_back_to_a_cold_restart(tmp_path: Any, m
         "import os, sys\n"
         f"path = {str(count)!r}\n"
         "n = int(open(path).read()) + 1 if os.path.exists(path) else 1\n"
-        "open(path, 'w').write(str(n))\n"
+        # Replaced whole, never truncated: the next warm spare starts while the test reads the count.
+        "with open(f'{path}.{os.getpid()}', 'w') as f:\n"
+        "    f.write(str(n))\n"
+        "os.replace(f'{path}.{os.getpid()}', path)\n"
         "if n == 2:\n"
         "    sys.exit('this start fails on purpose')\n"
         "os.execv(sys.executable, [sys.executable, '-m', 'ipykernel_launcher', *sys.argv[1:]])\n"
