@@ -38,6 +38,10 @@ class CancelKernelApp(IPKernelApp):
         except zmq.ZMQError as exc:
             if exc.errno != errno.EADDRINUSE:
                 raise
+            # Every socket made so far closed: one left open (the iopub socket whose bind failed) made the
+            # context's term at exit wait forever, a kernel process that never exits.
+            if self.context is not None:
+                self.context.destroy(linger=0)
             self.log.critical(
                 "cancelkernel: %s. Another process took a port of the connection file after the launcher chose it "
                 "(the launcher chose it free, then let it go); start the kernel again with new ports.",

@@ -33,15 +33,18 @@ def taken_port() -> Iterator[int]:
         yield int(s.getsockname()[1])
 
 
-def test_the_kernel_exits_with_port_in_use(tmp_path) -> None:
+@pytest.mark.parametrize("taken", ["shell_port", "iopub_port", "control_port"])
+def test_the_kernel_exits_with_port_in_use(tmp_path, taken: str) -> None:
+    """Whichever socket's bind fails, the kernel exits (a socket left open made zmq's context term wait forever)."""
     with taken_port() as port:
         free = LocalPortCache.instance()
         ports = {
             name: free.find_available_port("127.0.0.1")
-            for name in ("iopub_port", "stdin_port", "control_port", "hb_port")
+            for name in ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
+            if name != taken
         }
         connection = {
-            "shell_port": port,
+            taken: port,
             **ports,
             "ip": "127.0.0.1",
             "transport": "tcp",
