@@ -16,6 +16,7 @@ import os
 import queue
 import shutil
 import signal
+import subprocess
 import tempfile
 import time
 import typing as t
@@ -26,6 +27,7 @@ from jupyter_client.manager import KernelManager
 
 from .. import protocol
 from ..kernelspec import install
+from ..pids import forget_reused_group, kill_child_group
 
 # Generous bounds: they only stop a broken kernel from hanging the caller.
 START_TIMEOUT = 60.0
@@ -61,7 +63,9 @@ def private_kernelspecs(**specs: dict) -> Iterator[str]:
 # -- kernels ------------------------------------------------------------------------------
 
 _live: list[KernelManager] = []  # every kernel started here and not yet shut down
-_pgids: set[int] = set()  # their process groups (jupyter_client starts each kernel in its own session)
+# Their process groups (jupyter_client starts each kernel in a session of its own): pgid -> the kernel process
+# that leads it, so a group is killed only while its number is still ours (pids.group_is_ours).
+_groups: dict[int, subprocess.Popen] = {}
 
 
 class Kernel:
@@ -121,6 +125,7 @@ class Kernel:
         """Kill the kernel (its whole process group) and start it again."""
         assert self.km is not None
         self.restarts += 1
+        forget_reused_group(self.km)
         self.km.restart_kernel(now=True)
         _remember_pgid(self.km)
         self._connect(timeout)
@@ -165,12 +170,14 @@ def running_kernel(
 
 
 def _remember_pgid(km: KernelManager) -> None:
-    pgid = getattr(getattr(km, "provisioner", None), "pgid", None)
-    if pgid and pgid != os.getpgid(0):
-        _pgids.add(pgid)
+    provisioner = getattr(km, "provisioner", None)
+    pgid, process = getattr(provisioner, "pgid", None), getattr(provisioner, "process", None)
+    if pgid and process is not None and pgid != os.getpgid(0):
+        _groups[pgid] = process
 
 
 def _shutdown(km: KernelManager) -> None:
+    forget_reused_group(km)  # a kernel that died earlier: its number may be another process's by now
     with contextlib.suppress(Exception):
         if km.has_kernel:
             km.shutdown_kernel(now=True)  # SIGKILL to the kernel's process group
@@ -187,10 +194,9 @@ def shutdown_all() -> None:
     """Shut down every kernel started here, then SIGKILL any process left in their groups."""
     for km in list(_live):
         _shutdown(km)
-    for pgid in list(_pgids):
-        with contextlib.suppress(OSError):
-            os.killpg(pgid, signal.SIGKILL)
-        _pgids.discard(pgid)
+    for pgid, process in list(_groups.items()):
+        kill_child_group(process, pgid)
+        _groups.pop(pgid, None)
 
 
 atexit.register(shutdown_all)

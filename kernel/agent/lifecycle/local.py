@@ -22,7 +22,7 @@ from jupyter_client.manager import KernelManager
 
 from ... import protocol
 from ...kernelspec import OUR_KERNELS, private_spec_dir
-from ...pids import process_running
+from ...pids import forget_reused_group, process_running
 from ..errors import BadInputError, KernelStartError
 from ..processes import describe_exit, runs_connection_file
 from ..threads import start_thread
@@ -290,6 +290,7 @@ class LocalLifecycle:
             return
         km = self.manager
         if km is not None:
+            forget_reused_group(km)  # a kernel that died: its group's number may be another process's by now
             try:
                 km.restart_kernel(now=True)
             except Exception as exc:

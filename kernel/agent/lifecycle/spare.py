@@ -10,8 +10,6 @@ It costs one idle kernel's memory (53 MB RSS for ours, measured) while it waits.
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
 import threading
 import typing as t
 
@@ -19,6 +17,7 @@ from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
 from ... import protocol
+from ...pids import forget_reused_group, kill_child_group
 from ..threads import start_thread
 
 Launch = t.Callable[[], "tuple[KernelManager, BlockingKernelClient]"]
@@ -127,6 +126,7 @@ def _release(client: BlockingKernelClient | None, km: KernelManager | None) -> N
 
 def stop_kernel(km: KernelManager) -> None:
     """Shut the kernel down (killing it if it does not go); never raises."""
+    forget_reused_group(km)
     with contextlib.suppress(Exception):
         km.shutdown_kernel(now=not km.is_alive())
     if km.has_kernel:
@@ -137,13 +137,12 @@ def stop_kernel(km: KernelManager) -> None:
 def kill_group(km: KernelManager) -> None:
     """SIGKILL the kernel and what it started (its process group), at once: it is being replaced."""
     provisioner = km.provisioner
-    pgid = getattr(provisioner, "pgid", None)
-    with contextlib.suppress(OSError):
-        if pgid and hasattr(os, "killpg"):
-            os.killpg(pgid, signal.SIGKILL)
-            return
-    with contextlib.suppress(Exception):
-        km.kill_kernel()  # type: ignore[attr-defined]  # jupyter_client's run_sync wrapper
+    process = getattr(provisioner, "process", None)
+    if process is None:  # a provisioner of another kind: its own kill
+        with contextlib.suppress(Exception):
+            km.kill_kernel()  # type: ignore[attr-defined]  # jupyter_client's run_sync wrapper
+        return
+    kill_child_group(process, getattr(provisioner, "pgid", None))
 
 
 def retire(km: KernelManager) -> None:
