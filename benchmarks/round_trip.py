@@ -19,6 +19,11 @@ alone on a machine has), and the CPU time the kernel process spent per cell
     python benchmarks/round_trip.py --runs 1000 --json benchmarks/results/round_trip.json
     python benchmarks/round_trip.py --kernels stock,main,worker --runs 300
     python benchmarks/round_trip.py --baseline /tmp/ckbase --runs 300   # before/after a change, one run
+    python benchmarks/round_trip.py --kernels stock,main,floor,floor-ipython   # against the protocol floor
+
+`floor` and `floor-ipython` are benchmarks/floor_kernel.py: the least a Python
+kernel does to answer a cell (jupyter_client's Session, the same messages as
+ipykernel), running it with eval, or through IPython's run_cell.
 
 Prints p50 / p90 per kernel and cell, the p50 ratio to stock, and cells per
 second (1 / p50) for each; writes every raw sample to --json.
@@ -27,6 +32,7 @@ second (1 / p50) for each; writes every raw sample to --json.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -53,7 +59,12 @@ from _common import (  # noqa: E402
 
 from cancelkernel.testing import private_kernelspecs  # noqa: E402
 
-KERNELS = STOCK_AND_OURS
+# The protocol floor (benchmarks/floor_kernel.py): what any Python kernel pays, and with IPython's run_cell.
+FLOOR_KERNELS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "floor": ("cancelkernel-floor", ()),
+    "floor-ipython": ("cancelkernel-floor-ipython", ("--ipython",)),
+}
+KERNELS = {**STOCK_AND_OURS, **FLOOR_KERNELS}
 CELLS = {"1": "1", "x": "x", "print": "print('a')"}
 SETUP = "x = 'x' * 100_000"
 TIMEOUT = 30.0
@@ -79,6 +90,17 @@ def sample(kernel: Kernel, code: str) -> float:
         raise RuntimeError(f"{kernel.label}: {code!r} failed: {reply['content']}")
     wait_idle(kc, msg["header"]["msg_id"], TIMEOUT)
     return float(reply["_received"] - sent)
+
+
+def install_floor_kernelspecs(prefix: str) -> None:
+    """The floor kernels' kernelspecs, beside ours in the private prefix."""
+    script = os.path.join(HERE, "floor_kernel.py")
+    for name, _arguments in FLOOR_KERNELS.values():
+        directory = os.path.join(prefix, "share", "jupyter", "kernels", name)
+        os.makedirs(directory, exist_ok=True)
+        spec = {"argv": [sys.executable, script, "-f", "{connection_file}"], "display_name": name, "language": "python"}
+        with open(os.path.join(directory, "kernel.json"), "w") as f:
+            json.dump(spec, f)
 
 
 def warm_up(kernel: Kernel, count: int) -> None:
@@ -139,12 +161,13 @@ def main(argv: list[str] | None = None) -> int:
     samples: dict[str, dict[str, list[float]]] = {label: {cell: [] for cell in CELLS} for label in labels}
     began = time.time()
     load_before = os.getloadavg()
-    with kernels_cleaned_up(), private_kernelspecs():
+    with kernels_cleaned_up(), private_kernelspecs() as prefix:
+        install_floor_kernelspecs(prefix)
         kernels = {}
         for label in labels:
             # Each kernel its own IPython directory: two kernels writing one history database would wait on each other.
             env = {"IPYTHONDIR": tempfile.mkdtemp(prefix=f"ck-round-trip-{label}-")}
-            kernels[label] = kernel_from(label, args.baseline, env=env).start()
+            kernels[label] = kernel_from(label, args.baseline, KERNELS, env=env).start()
             check_imported_from(kernels[label], args.baseline)
         for kernel in kernels.values():
             warm_up(kernel, args.warm_up)
