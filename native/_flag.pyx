@@ -268,7 +268,7 @@ def start_gil_yield(signum, stall_seconds):
 
 
 def yield_for_readable(fd):
-    """While a cell runs, a message left unread on `fd` (the control socket's) for 0.2 ms asks for the GIL yield at once."""
+    """While a cell runs, a message left unread on `fd` (the control socket's) for 0.1 ms asks for the GIL yield at once."""
     ck_yield_watch(int(fd))
 
 
