@@ -19,6 +19,7 @@ execute_reply `metadata.cancelkernel.stack` (docs/protocol.md).
 
 from __future__ import annotations
 
+import functools
 import linecache
 import os
 import re
@@ -43,6 +44,8 @@ _LIBRARY_DIR = re.compile(
 _STDLIB = tuple({os.path.abspath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "platstdlib")})
 
 
+# A stack names few distinct files, many times over (a recursion 200 deep is one file): classify each once.
+@functools.lru_cache(maxsize=4096)
 def is_machinery(filename: str) -> bool:
     """Kernel plumbing the user never wants to see."""
     return filename.startswith(_OWN_DIR) or filename.startswith("<frozen ") or bool(_PLUMBING.search(filename))
@@ -53,6 +56,7 @@ def is_own_file(filename: str) -> bool:
     return filename.startswith(_OWN_DIR)
 
 
+@functools.lru_cache(maxsize=4096)
 def is_cell_file(filename: str) -> bool:
     """The code of a notebook cell (IPython's per-cell file names), or of a re-run definition."""
     return bool(_CELL_FILE.search(filename))
