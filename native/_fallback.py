@@ -214,6 +214,19 @@ def take_sigint_arrival() -> int:
     return -1
 
 
+def sigint_seen() -> None:
+    """No-op here: without the C handler no SIGINT is counted."""
+
+
+def sigint_unseen() -> int:
+    """0: without the C handler no SIGINT is counted, so none is known to be unseen."""
+    return 0
+
+
+def sigint_wake() -> None:
+    """Never called: sigint_unseen is always 0 here."""
+
+
 def install_sigint_handler() -> bool:
     """No C handler to install in the fallback."""
     return False

@@ -68,11 +68,14 @@ cdef extern from "flag.h":
     int ck_yield_requested() noexcept nogil
     int ck_handler_installed() noexcept nogil
     int ck_install_handler() noexcept nogil
-    void ck_set_main_thread(unsigned long main_thread_ident) noexcept nogil
+    void ck_set_main_thread(unsigned long main_thread_ident, long main_thread_native_id) noexcept nogil
     int ck_on_main_thread() noexcept nogil
     void ck_expect(uint32_t gen) noexcept nogil
     void ck_unexpect(uint32_t gen) noexcept nogil
     uint32_t ck_take_arrival() noexcept nogil
+    void ck_sigint_seen() noexcept nogil
+    unsigned long ck_sigint_unseen() noexcept nogil
+    int ck_sigint_wake() noexcept nogil
     double ck_monotonic() noexcept nogil
     int ck_start_yield(int signum, int stall_ms) noexcept nogil
     void ck_beat() noexcept nogil
@@ -110,7 +113,7 @@ cdef unsigned long _window_tid[CK_SLOTS]
 cdef ck_c_api_t _c_api
 
 # The main thread: where SIGINT is forwarded, and where cancellable_sleep runs Python's handlers.
-ck_set_main_thread(_threading.main_thread().ident)
+ck_set_main_thread(_threading.main_thread().ident, getattr(_threading.main_thread(), "native_id", 0) or 0)
 
 _FULL = f"cancelkernel.native: {CK_SLOTS} threads already run cells at once; no cancellation slot is free"
 
@@ -243,6 +246,22 @@ def take_sigint_arrival():
         return arrival
     # Without our handler in front (a cell replaced it) a SIGINT left no trace: cannot tell.
     return 0 if ck_handler_installed() == 1 else -1
+
+
+def sigint_seen():
+    """Python's SIGINT handler runs: every SIGINT that reached the C handler so far is seen."""
+    ck_sigint_seen()
+
+
+def sigint_unseen():
+    """SIGINTs that reached the C handler on the main thread and that Python's handler has not seen."""
+    return ck_sigint_unseen()
+
+
+def sigint_wake():
+    """Send the main thread one more SIGINT, taken as re-sent: a blocking call breaks, Python looks at its flag."""
+    if ck_sigint_wake() != 0:
+        raise OSError("pthread_kill(main thread, SIGINT) failed")
 
 
 def install_sigint_handler():

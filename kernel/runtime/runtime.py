@@ -83,7 +83,7 @@ class Runtime:
             on_trip=self._on_trip,
             on_unresponsive=self._on_unresponsive,
             memory=self.memory,
-            on_tick=self.cell_record.on_tick if self.cell_record is not None else None,
+            on_tick=self._on_tick,
         )
         self.waits = CooperativeWaits(self.core)
         self.waits.install()
@@ -101,6 +101,11 @@ class Runtime:
             if gil_yield:
                 # Main mode also signals the main thread; every mode sets the yield bit cooperative loops check.
                 self.sigint.enable_gil_yield(gil_yield, signal_main=mode == "main")
+
+    def _on_tick(self, running: list[Execution], now: float) -> None:
+        self.sigint.wake_if_unseen(running, now)
+        if self.cell_record is not None:
+            self.cell_record.on_tick(running, now)
 
     @property
     def deadlines(self) -> DeadlineRegistry:

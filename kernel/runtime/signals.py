@@ -23,12 +23,16 @@ from collections.abc import Iterator
 from .. import native
 from ..protocol import REASON_SIGNAL
 from .core import CancellationCore
+from .execution import Execution
 
 # At most this long the main thread lets go of the GIL when asked to yield; it takes it back as soon as the thread
 # that asked has acted (or the interrupt arrived), so the bound only matters when that thread is slow to run.
 YIELD_SLEEP = 0.02
 # glibc keeps the first real-time signals for itself; SIGRTMIN+3 is free and rarely used.
 YIELD_SIGNAL_OFFSET = 3
+# Seconds a SIGINT may sit unseen by Python's handler, a cell running on the main thread, before it is sent again
+# (docs/cancellation.md, "A SIGINT that is lost"); an interrupt's handler normally runs within a millisecond.
+SIGINT_WAKE_AFTER = 0.05
 
 
 def _is_main_thread() -> bool:
@@ -42,6 +46,7 @@ class SigintOwner:
         self.core = core
         self._run_code_codes: set[types.CodeType] = set()
         self._control_fd: int | None = None  # the control socket's descriptor the yield thread watches
+        self._unseen_since: float | None = None  # when wake_if_unseen first saw a SIGINT Python's handler had not
 
     def register_run_code(self, code: types.CodeType) -> None:
         """Frames of this code object mark "inside the shell's run_code": only there does SIGINT raise."""
@@ -105,9 +110,25 @@ class SigintOwner:
         finally:
             native.yield_for_readable(fd)
 
+    def wake_if_unseen(self, running: list[Execution], now: float) -> bool:
+        """Called on every watchdog tick: a SIGINT the C handler took on the main thread, while a cell runs
+        there, that Python's handler has not seen SIGINT_WAKE_AFTER later is sent once more.  True if it was."""
+        if not native.sigint_unseen() or not any(e.window is not None and e.window.on_main_thread for e in running):
+            self._unseen_since = None
+            return False
+        if self._unseen_since is None:
+            self._unseen_since = now
+            return False
+        if now - self._unseen_since < SIGINT_WAKE_AFTER:
+            return False
+        self._unseen_since = now
+        native.sigint_wake()
+        return True
+
     def _on_sigint(self, signum: int, frame: types.FrameType | None) -> None:
         # Runs on the main thread between bytecodes, possibly inside the core's
         # own critical sections: never take the core's lock here.
+        native.sigint_seen()
         core = self.core
         expected, core.sigint_expected = core.sigint_expected, None
         arrival = native.take_sigint_arrival()

@@ -79,11 +79,21 @@ CK_INTERNAL int ck_yield_requested(void);
 
 /* --- SIGINT: a C handler chained in front of Python's (sigint.c) --- */
 
-/* The main thread, by CPython's thread ident: where an outside SIGINT is forwarded. */
-CK_INTERNAL void ck_set_main_thread(unsigned long main_thread_ident);
+/* The main thread, by CPython's thread ident (where an outside SIGINT is forwarded) and by the system's thread id. */
+CK_INTERNAL void ck_set_main_thread(unsigned long main_thread_ident, long main_thread_native_id);
 CK_INTERNAL int ck_on_main_thread(void);
 /* 0 if sent, else -1 (no main thread known) or pthread_kill's error. */
 CK_INTERNAL int ck_kill_main_thread(int sig);
+/* 1: the main thread is on a core or waiting for one, 0: it sleeps (a blocking call, or waiting for the GIL),
+   -1: cannot tell (no /proc). */
+CK_INTERNAL int ck_main_thread_running(void);
+/* A SIGINT can reach the C handler and yet its Python handler never run: CPython sets its flag, and a blocking call
+   that the signal did not break (restarted under another handler, or entered just after) sleeps on.  Python's
+   handler calls ck_sigint_seen; ck_sigint_unseen counts those it has not seen; ck_sigint_wake sends the main
+   thread one more, taken as re-sent (neither new nor outside), so the call breaks and the flag is looked at. */
+CK_INTERNAL void ck_sigint_seen(void);
+CK_INTERNAL unsigned long ck_sigint_unseen(void);
+CK_INTERNAL int ck_sigint_wake(void);
 /* 1: the C handler is the current SIGINT action, 0: it is not, -1: errno set. */
 CK_INTERNAL int ck_handler_installed(void);
 /* 0: already ours, 1: installed in front of the current action, -1: errno set. */

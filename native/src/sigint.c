@@ -12,13 +12,19 @@
 #include "flag.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 static uint32_t ck_expected_gen;     /* the kernel is about to SIGINT itself for this gen */
 static uint32_t ck_arrival_gen;      /* the parent gen the last outside SIGINT cancelled */
 static int ck_forwarded;             /* a SIGINT re-sent to the main thread is on its way */
+static unsigned long ck_reached;     /* SIGINTs that reached this handler on the main thread */
+static unsigned long ck_seen;        /* how many of them Python's handler had seen when it last ran */
 static pthread_t ck_main_thread;
 static int ck_have_main_thread;
 /* Two slots so a handler still running on another thread never reads a half-written action. */
@@ -67,25 +73,29 @@ static void ck_sigint_handler(int sig, siginfo_t *info, void *ctx) {
     uint32_t expected = __atomic_exchange_n(&ck_expected_gen, 0, __ATOMIC_ACQ_REL);
     if (!forwarded && expected == 0)
         ck_outside_sigint();
+    __atomic_add_fetch(&ck_reached, 1, __ATOMIC_RELEASE);
     ck_chain(sig, info, ctx);
     errno = saved_errno;
 }
 
 static unsigned long ck_main_ident;  /* the same thread as CPython's thread ident */
+static long ck_main_tid;             /* the system's id of that thread (gettid), for its state in /proc */
 
 /* CPython makes the forking thread the child's main thread; follow it, or a
    fork from a worker thread would forward SIGINT to a thread that does not exist. */
 static void ck_after_fork_child(void) {
     ck_main_thread = pthread_self();
     ck_main_ident = PyThread_get_thread_ident();
+    ck_main_tid = (long)syscall(SYS_gettid);
     __atomic_store_n(&ck_forwarded, 0, __ATOMIC_RELAXED);
 }
 
-void ck_set_main_thread(unsigned long main_thread_ident) {
+void ck_set_main_thread(unsigned long main_thread_ident, long main_thread_native_id) {
     static int atfork_registered;
     /* CPython's thread ident is the pthread_t (what signal.pthread_kill relies on too). */
     ck_main_thread = (pthread_t)main_thread_ident;
     ck_main_ident = main_thread_ident;
+    ck_main_tid = main_thread_native_id;
     ck_have_main_thread = 1;
     if (!atfork_registered && pthread_atfork(NULL, NULL, ck_after_fork_child) == 0)
         atfork_registered = 1;
@@ -94,6 +104,22 @@ void ck_set_main_thread(unsigned long main_thread_ident) {
 int ck_on_main_thread(void) { return PyThread_get_thread_ident() == ck_main_ident; }
 
 int ck_kill_main_thread(int sig) { return ck_have_main_thread ? pthread_kill(ck_main_thread, sig) : -1; }
+
+int ck_main_thread_running(void) {
+    char path[64], stat[512];
+    if (ck_main_tid <= 0) return -1;
+    snprintf(path, sizeof path, "/proc/self/task/%ld/stat", ck_main_tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t n = read(fd, stat, sizeof stat - 1);
+    close(fd);
+    if (n <= 0) return -1;
+    stat[n] = '\0';
+    /* "tid (name) S ...": the name may hold ')' itself, the state follows the last one. */
+    const char *name_end = strrchr(stat, ')');
+    if (name_end == NULL || name_end[1] != ' ') return -1;
+    return name_end[2] == 'R';
+}
 
 static int ck_action_is_ours(const struct sigaction *a) {
     return (a->sa_flags & SA_SIGINFO) && a->sa_sigaction == ck_sigint_handler;
@@ -127,6 +153,20 @@ void ck_expect(uint32_t gen) { __atomic_store_n(&ck_expected_gen, gen, __ATOMIC_
 void ck_unexpect(uint32_t gen) {
     uint32_t want = gen;
     __atomic_compare_exchange_n(&ck_expected_gen, &want, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
+void ck_sigint_seen(void) { __atomic_store_n(&ck_seen, __atomic_load_n(&ck_reached, __ATOMIC_ACQUIRE), __ATOMIC_RELEASE); }
+
+unsigned long ck_sigint_unseen(void) {
+    return __atomic_load_n(&ck_reached, __ATOMIC_ACQUIRE) - __atomic_load_n(&ck_seen, __ATOMIC_ACQUIRE);
+}
+
+int ck_sigint_wake(void) {
+    if (!ck_have_main_thread) return -1;
+    __atomic_store_n(&ck_forwarded, 1, __ATOMIC_RELEASE);  /* not a new one: the handler takes it as re-sent */
+    int rc = pthread_kill(ck_main_thread, SIGINT);
+    if (rc != 0) __atomic_store_n(&ck_forwarded, 0, __ATOMIC_RELEASE);
+    return rc;
 }
 
 uint32_t ck_take_arrival(void) { return __atomic_exchange_n(&ck_arrival_gen, 0, __ATOMIC_ACQ_REL); }

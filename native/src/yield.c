@@ -4,9 +4,10 @@
  * an execution runs, one C call holds the GIL.  The yield thread then sets the
  * yield bit of the summary word: every cancel point that call reaches releases
  * the GIL for a moment (ck_slow_check), so the control thread can read an
- * interrupt request.  With a signal number it also signals the main thread, for
- * calls that check Python's signals instead (the regex engine): a handler that
- * sleeps a moment hands the GIL over too.  Code that checks nothing is not affected.
+ * interrupt request.  With a signal number it also signals the main thread while
+ * that thread runs, for calls that check Python's signals instead (the regex
+ * engine): a handler that sleeps a moment hands the GIL over too.  Code that
+ * checks nothing is not affected.
  *
  * While no execution runs the thread sleeps on a condition variable that
  * ck_begin signals (ck_yield_wake): an idle kernel never wakes up for it.
@@ -42,6 +43,8 @@
 #define CK_WAIT_YIELD_US 100
 #define CK_WAIT_SIGNAL_US 300
 #define CK_WAIT_SIGNAL_EVERY_US 20000
+/* How often the main thread's state is read (/proc, about 10 us) while it sleeps and a message waits. */
+#define CK_WAIT_LOOK_EVERY_US 200
 /* Unread (or not acted on) this long, it is not the GIL (the control thread is busy elsewhere): the fd is left
    alone a while. */
 #define CK_WAIT_GIVE_UP_US 100000
@@ -74,6 +77,14 @@ void ck_yield_wake(void) {
 
 void ck_yield_watch(int fd) { __atomic_store_n(&ck_watch_fd, fd, __ATOMIC_RELAXED); }
 
+/* Signal the main thread only while it runs: asleep (in a blocking call, or waiting for the GIL) it holds no GIL
+   to hand over, and the signal can only do harm there.  Its handler is installed with SA_RESTART, so the wait it
+   interrupts is restarted, and a SIGINT that lands while that handler runs is restarted with it: lost, the
+   wait goes on (docs/cancellation.md, "A SIGINT that is lost").  1 if sent. */
+static int ck_signal_main_if_running(int signum) {
+    return ck_main_thread_running() != 0 && ck_kill_main_thread(signum) == 0;
+}
+
 static int ck_readable(int fd, int timeout_ms) {
     struct pollfd p = {fd, POLLIN, 0};
     return poll(&p, 1, timeout_ms) > 0 && (p.revents & POLLIN);
@@ -102,7 +113,7 @@ void ck_control_acted(void) {
    delivered.  Returns 0, or 1 if the message stayed unread past CK_WAIT_GIVE_UP_US (or unacted on). */
 static int ck_control_waiting(int fd) {
     struct timespec step = {0, CK_WAIT_STEP_US * 1000};
-    double began = ck_monotonic(), signalled = -1.0;
+    double began = ck_monotonic(), signalled = -1.0, looked = -1e9;
     int asked = 0, gave_up = 0;
     while (ck_any_running()) {
         nanosleep(&step, NULL);
@@ -120,9 +131,10 @@ static int ck_control_waiting(int fd) {
             asked = 1;
         }
         int signum = __atomic_load_n(&ck_yield_signal, __ATOMIC_RELAXED);
-        if (signum != 0 && waited >= CK_WAIT_SIGNAL_US && (signalled < 0 || waited - signalled >= CK_WAIT_SIGNAL_EVERY_US)) {
-            ck_kill_main_thread(signum);
-            signalled = waited;
+        if (signum != 0 && waited >= CK_WAIT_SIGNAL_US && (signalled < 0 || waited - signalled >= CK_WAIT_SIGNAL_EVERY_US)
+            && waited - looked >= CK_WAIT_LOOK_EVERY_US) {
+            looked = waited;
+            if (ck_signal_main_if_running(signum)) signalled = waited;
         }
     }
     if (asked) ck_end_control_yield();  /* acted on (a no-op then), no execution left, or given up */
@@ -159,7 +171,7 @@ static void *ck_yield_main(void *unused) {
         if ((now - since) * 1000.0 >= __atomic_load_n(&ck_yield_stall_ms, __ATOMIC_RELAXED)) {
             ck_set_yield();
             int signum = __atomic_load_n(&ck_yield_signal, __ATOMIC_RELAXED);
-            if (signum != 0) ck_kill_main_thread(signum);
+            if (signum != 0) ck_signal_main_if_running(signum);
             since = now;
         }
     }

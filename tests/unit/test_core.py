@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 import threading
 import time
+import types
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
 
+from cancelkernel import native
 from cancelkernel.runtime.core import CancellationCore
 from cancelkernel.runtime.execution import CellInterrupt, Execution, Window
+from cancelkernel.runtime.signals import SigintOwner
 
 
 class LoopThread:
@@ -191,3 +195,47 @@ def test_closing_a_window_leaves_no_async_exception_signal_behind() -> None:
     thread = threading.Thread(target=exec_thread, daemon=True)
     thread.start()
     assert returned.wait(10), "a traced call after close_window never returned"
+
+
+def test_a_sigint_whose_python_handler_never_ran_is_sent_again() -> None:
+    """CPython can lose a SIGINT: its C handler ran, Python's never did, the wait sleeps on.  The watchdog's tick
+    (wake_if_unseen) sends one more.  Here Python's handler ignores the first one, as if it had never run."""
+    assert native.available, "the C SIGINT handler is what counts the SIGINTs"
+    calls: list[bool] = []
+    c = CancellationCore(signal_children=False)
+    owner = SigintOwner(c)
+    execution = c.begin("wait", "threading.Event().wait()", thread_id=threading.get_ident())
+    window = Window(threading.get_ident(), on_main_thread=True)
+
+    def first_one_lost(signum: int, frame: types.FrameType | None) -> None:
+        calls.append(True)
+        if len(calls) > 1:
+            owner._on_sigint(signum, frame)
+
+    def run_code() -> None:  # stands for the shell's run_code: only under it does our handler raise
+        threading.Event().wait(30)  # the bound only: the interrupt ends it
+
+    def watchdog() -> None:
+        while not execution.cancel.delivered:
+            owner.wake_if_unseen(c.running(), time.monotonic())
+            time.sleep(0.005)
+
+    old = signal.signal(signal.SIGINT, first_one_lost)
+    native.install_sigint_handler()
+    owner.register_run_code(run_code.__code__)
+    ticking = threading.Thread(target=watchdog, daemon=True)
+    try:
+        c.open_window(execution, window)
+        ticking.start()
+        threading.Timer(0.05, c.cancel, ("wait", "request")).start()
+        with pytest.raises(CellInterrupt):
+            run_code()
+    finally:
+        execution.cancel.delivered = True  # ends the ticking thread whatever happened
+        signal.signal(signal.SIGINT, old)
+        c.close_window(execution, window)
+        c.end(execution)
+        ticking.join(10)
+    assert len(calls) == 2
+    assert execution.cancel.interrupts_sent == 1
+    assert native.sigint_unseen() == 0

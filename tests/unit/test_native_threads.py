@@ -334,16 +334,26 @@ def test_yield_bit_is_set_by_a_stalled_heartbeat_and_cleared_by_a_beat():
         from cancelkernel.native import _flag as f
         sent = []
         signal.signal(signal.SIGUSR1, lambda *a: sent.append(1))
+
+        def busy(seconds):
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                pass
+
         f.begin(5)
         assert f.start_gil_yield(signal.SIGUSR1, 0.02) is True
-        time.sleep(0.3)
+        time.sleep(0.3)                   # the main thread asleep: the bit, never the signal
+        assert f.yield_requested() is True and not sent, sent
+        f.gil_heartbeat()
+        assert f.yield_requested() is False
+        busy(0.3)                         # the main thread running: the bit and the signal
         assert f.yield_requested() is True and sent, sent
         f.gil_heartbeat()
         assert f.yield_requested() is False
         f.start_gil_yield(0, 0.02)        # signum 0: the bit only, no signal
         time.sleep(0.05)
         sent.clear()
-        time.sleep(0.3)
+        busy(0.3)
         assert f.yield_requested() is True and not sent, sent
         f.end(5)                          # nothing runs: the yield thread drops the bit itself
         time.sleep(0.3)
