@@ -113,7 +113,7 @@ cdef unsigned long _window_tid[CK_SLOTS]
 cdef ck_c_api_t _c_api
 
 # The main thread: where SIGINT is forwarded, and where cancellable_sleep runs Python's handlers.
-ck_set_main_thread(_threading.main_thread().ident, getattr(_threading.main_thread(), "native_id", 0) or 0)
+ck_set_main_thread(_threading.main_thread().ident, _threading.main_thread().native_id)
 
 _FULL = f"cancelkernel.native: {CK_SLOTS} threads already run cells at once; no cancellation slot is free"
 

@@ -33,6 +33,14 @@ static int ck_prev_index;
 
 static void ck_sigint_handler(int sig, siginfo_t *info, void *ctx);
 
+/* Send the main thread a SIGINT its handler takes as re-sent (neither new nor outside); pthread_kill's result. */
+static int ck_resend_to_main(int sig) {
+    __atomic_store_n(&ck_forwarded, 1, __ATOMIC_RELEASE);
+    int rc = pthread_kill(ck_main_thread, sig);
+    if (rc != 0) __atomic_store_n(&ck_forwarded, 0, __ATOMIC_RELEASE);
+    return rc;
+}
+
 static void ck_chain(int sig, siginfo_t *info, void *ctx) {
     const struct sigaction *prev = &ck_prev[__atomic_load_n(&ck_prev_index, __ATOMIC_ACQUIRE)];
     if (prev->sa_flags & SA_SIGINFO) {
@@ -61,11 +69,7 @@ static void ck_sigint_handler(int sig, siginfo_t *info, void *ctx) {
            record it, then re-send it to the main thread, whose blocking calls only
            a SIGINT delivered there can break. */
         ck_outside_sigint();
-        __atomic_store_n(&ck_forwarded, 1, __ATOMIC_RELEASE);
-        if (pthread_kill(ck_main_thread, sig) != 0) {
-            __atomic_store_n(&ck_forwarded, 0, __ATOMIC_RELEASE);
-            ck_chain(sig, info, ctx);
-        }
+        if (ck_resend_to_main(sig) != 0) ck_chain(sig, info, ctx);
         errno = saved_errno;
         return;
     }
@@ -161,12 +165,6 @@ unsigned long ck_sigint_unseen(void) {
     return __atomic_load_n(&ck_reached, __ATOMIC_ACQUIRE) - __atomic_load_n(&ck_seen, __ATOMIC_ACQUIRE);
 }
 
-int ck_sigint_wake(void) {
-    if (!ck_have_main_thread) return -1;
-    __atomic_store_n(&ck_forwarded, 1, __ATOMIC_RELEASE);  /* not a new one: the handler takes it as re-sent */
-    int rc = pthread_kill(ck_main_thread, SIGINT);
-    if (rc != 0) __atomic_store_n(&ck_forwarded, 0, __ATOMIC_RELEASE);
-    return rc;
-}
+int ck_sigint_wake(void) { return ck_have_main_thread ? ck_resend_to_main(SIGINT) : -1; }
 
 uint32_t ck_take_arrival(void) { return __atomic_exchange_n(&ck_arrival_gen, 0, __ATOMIC_ACQ_REL); }
